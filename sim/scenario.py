@@ -1,0 +1,208 @@
+"""A scenario (profile, acceptance, schedules, heads, K, probes, edits) and its what-if changes.
+
+A what-if is `key=value` or, for numeric profile fields, `key*=factor`. Named keys change the
+question asked; any other key is a dotted path into the profile (the regime's costs first), e.g.
+`draft.body_ms*=0.5` or `host.item_ms=0`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .acceptance import (AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance,
+                         PerPositionAcceptance, TraceReplay)
+from .errors import SimInputError
+from .profile import DATA, PLACEMENTS, Profile, load_profile
+from .schedules import HEADS, SCHEDULES, Config
+from .simulate import simulate
+from .trace import read_trace
+
+DEFAULT_TRACE = DATA / "thesis_trace.jsonl"
+NAMED_KEYS = ("probes", "K", "schedule", "head", "placement", "acceptance", "graphs",
+              "prompts", "max_new_tokens", "prompt_len", "seed")
+GRAPHS = {"on": "graphs", "off": "eager"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    profile: str = "default"
+    graphs: str | None = None          # on | off; None: the profile's default regime
+    schedules: tuple = SCHEDULES[1:]   # the baseline always runs, for speedups
+    heads: tuple = HEADS
+    K: int | None = None               # None: the trace's K, else 6
+    probes: int | None = None          # None: the profile's default probes
+    placement: str | None = None       # None: the profile's placement
+    acceptance: str = "default"
+    prompts: int | None = None
+    max_new_tokens: int | None = None
+    prompt_len: int | None = None
+    seed: int = 0
+    edits: tuple = field(default_factory=tuple)
+
+    def describe(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def _int(key: str, value: str, low: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise SimInputError(f"what-if {key}: expected an integer, got {value!r}") from None
+    if number < low:
+        raise SimInputError(f"what-if {key}: must be at least {low}, got {number}")
+    return number
+
+
+def _choices(key: str, value: str, valid) -> tuple:
+    chosen = tuple(v.strip() for v in value.split("+"))
+    bad = [v for v in chosen if v not in valid]
+    if bad:
+        raise SimInputError(f"{key} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+    return chosen
+
+
+def with_change(s: Scenario, key: str, op: str, value: str) -> Scenario:
+    """The scenario with one what-if applied (`op` is '=' or '*=')."""
+    if key in NAMED_KEYS and op != "=":
+        raise SimInputError(f"what-if {key}: use {key}=value ('*=' scales numeric profile fields only)")
+    if key == "probes":
+        return replace(s, probes=_int(key, value, 1))
+    if key == "K":
+        return replace(s, K=_int(key, value, 1))
+    if key == "schedule":
+        return replace(s, schedules=tuple(v for v in _choices(key, value, SCHEDULES) if v != "baseline"))
+    if key == "head":
+        return replace(s, heads=_choices(key, value, HEADS))
+    if key == "placement":
+        return replace(s, placement=_choices(key, value, PLACEMENTS)[0])
+    if key == "graphs":
+        return replace(s, graphs=_choices(key, value, tuple(GRAPHS))[0])
+    if key == "acceptance":
+        parse_acceptance(value)  # fail early on a malformed value
+        return replace(s, acceptance=value)
+    if key in ("prompts", "max_new_tokens", "prompt_len"):
+        return replace(s, **{key: _int(key, value, 2 if key == "max_new_tokens" else 1)})
+    if key == "seed":
+        return replace(s, seed=_int(key, value, 0))
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+        raise SimInputError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path")
+    try:
+        number = float(value)
+    except ValueError:
+        raise SimInputError(f"what-if {key}{op}{value}: expected a number") from None
+    return replace(s, edits=s.edits + ((key, op, number),))
+
+
+def parse_change(text: str) -> tuple[str, str, str]:
+    match = re.fullmatch(r"\s*([^=*\s]+)\s*(\*=|=)\s*(.+?)\s*", text)
+    if not match:
+        raise SimInputError(f"what-if {text!r}: expected key=value or key*=factor")
+    return match.group(1), match.group(2), match.group(3)
+
+
+def parse_acceptance(spec: str):
+    """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`."""
+    if spec == "default":
+        return _trace_source(DEFAULT_TRACE)
+    if spec.startswith("trace:") or spec.endswith(".jsonl"):
+        return _trace_source(Path(spec.removeprefix("trace:")))
+    if spec.startswith("lengths:"):
+        weights = {}
+        for item in spec.removeprefix("lengths:").split(","):
+            length, _, weight = item.partition("=")
+            try:
+                weights[int(length)] = float(weight)
+            except ValueError:
+                raise SimInputError(f"acceptance {spec!r}: expected lengths:L=weight,...") from None
+        return EmpiricalLengths(weights)
+    parts = spec.split(",")
+    if len(parts) > 1:
+        return PerPositionAcceptance(parts)
+    return IIDAcceptance(spec)
+
+
+def _trace_source(path: Path) -> TraceReplay:
+    rounds, meta = read_trace(path)
+    return TraceReplay(rounds, meta.get("head") or "dense", meta.get("probes"))
+
+
+@dataclass
+class Resolved:
+    """Everything a run needs, and notes saying which models applied."""
+
+    profile: Profile
+    regime: str
+    sources: dict      # head -> acceptance source for that head
+    generations: list
+    configs: list
+    notes: list
+
+
+def resolve(s: Scenario) -> Resolved:
+    base = load_profile(s.profile)
+    regime = GRAPHS[s.graphs] if s.graphs else base.default_regime
+    if regime not in base.costs:
+        raise SimInputError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
+    profile = base.edited(list(s.edits), regime) if s.edits else base
+    notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
+    if "study-derived" in profile.label():
+        notes.append("profile derived from the study's published tables (see its notes)")
+    if "synthetic" in profile.label():
+        notes.append("profile measured with SYNTHETIC weights (real shapes, random values)")
+    source = parse_acceptance(s.acceptance)
+    probes = s.probes or profile.default_probes
+    if probes > profile.clusters:
+        raise SimInputError(f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})")
+    K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
+    placement = s.placement or profile.placement
+    generations = _generations(s, source, profile)
+    notes.append(f"acceptance: {source.describe()}")
+    sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
+    configs = [Config("baseline", s.heads[0], K, probes, placement)]
+    configs += [Config(sched, head, K, probes, placement) for sched in s.schedules for head in s.heads]
+    return Resolved(profile, regime, sources, generations, configs, notes)
+
+
+def _generations(s: Scenario, source, profile: Profile) -> list[Generation]:
+    if isinstance(source, TraceReplay) and s.prompt_len is None:
+        generations = source.generations[: s.prompts] if s.prompts else list(source.generations)
+        if s.max_new_tokens:
+            generations = [replace(g, decode_tokens=s.max_new_tokens - 1) for g in generations]
+        return generations
+    lengths = profile.raw["setup"].get("prompt_lengths") or [128]
+    prompt_len = s.prompt_len or int(lengths[0])
+    decode = (s.max_new_tokens or 64) - 1
+    return [Generation(str(i), prompt_len, decode) for i in range(s.prompts or 8)]
+
+
+def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
+    """The acceptance the simulated head sees: scaled by FlashHead agreement where it is known."""
+    if profile.agreement is None:
+        if head == "flashhead":
+            notes.append("flashhead: acceptance as given (profile has no agreement curve r(p); probes change cost only)")
+        return source
+    if isinstance(source, TraceReplay):
+        r0 = 1.0 if source.head == "dense" else profile.agreement_at(source.probes or profile.default_probes)
+    else:
+        r0 = 1.0 if head == "dense" else profile.agreement_at(profile.default_probes)
+    r1 = 1.0 if head == "dense" else profile.agreement_at(probes)
+    if abs(r1 - r0) < 1e-12:
+        return source
+    notes.append(f"{head}: acceptance scaled by agreement r({probes})={r1:.4f} against r={r0:.4f} of the source")
+    return AgreementScaled(source, r0, r1)
+
+
+def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
+    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups."""
+    r = resolve(s)
+    costs = r.profile.costs[r.regime]
+    rows = []
+    for config in r.configs:
+        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling)
+        rows.append(row)
+    base = rows[0]["decode_tok_s"]
+    for row in rows:
+        row["speedup"] = row["decode_tok_s"] / base if base else None
+        row["regime"] = r.regime
+    return rows, r

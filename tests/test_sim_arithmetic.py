@@ -1,0 +1,156 @@
+"""The simulator's arithmetic: closed forms, hand-computed timelines, schedule invariants."""
+import random
+
+import pytest
+
+from sim.acceptance import Generation, IIDAcceptance, PerPositionAcceptance
+from sim.profile import Profile
+from sim.scenario import Scenario, run
+from sim.schedules import Config
+from sim.simulate import simulate
+from tests.sim_fixtures import tiny_profile, trace_lines, write
+
+
+def costs(placement="one-gpu", **host):
+    return Profile(tiny_profile(placement, **host), "test").costs["eager"]
+
+
+@pytest.mark.parametrize("a,K", [(0.3, 2), (0.6, 4), (0.8, 6), (0.95, 3)])
+def test_iid_tokens_per_round_match_closed_form(a, K):
+    expected = (1 - a ** (K + 1)) / (1 - a)
+    generation = Generation("g", 8, int(51_000 * expected))
+    result = simulate(costs(), Config("deferred", "dense", K, 4, "one-gpu"), IIDAcceptance(a),
+                      [generation], seed=1, ceiling=False)
+    rounds = result["rounds_detail"][:-1]  # the last round is cut by the token budget
+    assert len(rounds) >= 50_000
+    mean = sum(r["accepted"] + 1 for r in rounds) / len(rounds)
+    assert mean == pytest.approx(expected, rel=0.01)
+
+
+# A trace of one prompt, K = 2, accepted 2, 0, 1 (6 decode tokens), on the tiny profile:
+# T(n) = 10 + n, draft step 2 + 1 = 3 (K steps: 6), item 0.1, copy 0.2, cross-device wait 0.05,
+# target prefill 50, draft prefill 5. TTFT = 50 + 0.1; decode starts at 50.1.
+HAND = {
+    # one GPU: everything in one stream. The draft prefill ends at 55 (4.9 after decode starts).
+    ("one-gpu", "ordinary"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1,
+    ("one-gpu", "pipelined"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1,
+    ("one-gpu", "deferred"): 4.9 + 3 * (6 + 13 + 0.1) + 11 + 0.1,
+    # look-ahead (3 steps) after each verify; round 1's is used, so round 2 drafts nothing and
+    # its verify waits for the look-ahead's last steps (83); rounds 2 and 3 waste theirs.
+    ("one-gpu", "pipelined-deferred"): (144.1 - 50.1),
+    # two GPUs. ordinary: initial append 50.1-61.1; R1 draft (6+copy) 50.1-56.3, sync 61.2,
+    # verify 61.2-73.2, append+copy 73.2-84.4; R2 draft waits the append (+0.05) 84.4-90.65,
+    # sync 90.75, append 90.75-101.95; R3 draft 101.95-108.2, sync 108.3, verify -120.3,
+    # append -131.5, final sync 131.6.
+    ("two-gpu", "ordinary"): 131.6 - 50.1,
+    # pipelined: f goes with the verify; R1 verify+copy 61.2-73.4, append 73.4-84.4; R2 draft
+    # after the verify 73.4-79.65, sync (append) 84.5, append -95.5; R3 draft 84.5-90.7, sync 95.6,
+    # verify+copy -107.8, append -118.8, final sync 118.9.
+    ("two-gpu", "pipelined"): 118.9 - 50.1,
+    # deferred: R1 draft+copy 50.1-56.3, verify(3)+copy+wait 13.25 -69.55, sync 69.65; R2 draft
+    # (+wait) -75.9, verify -89.15, sync 89.25; R3 -95.5, -108.75, sync 108.85; tail append -119.85.
+    ("two-gpu", "deferred"): 119.95 - 50.1,
+}
+
+
+@pytest.mark.parametrize("placement,schedule", sorted(HAND))
+def test_hand_computed_trace(tmp_path, placement, schedule):
+    lookahead = [True, False, False] if schedule == "pipelined-deferred" else None
+    profile, trace = write(tmp_path, tiny_profile(placement), trace_lines([2, 0, 1], lookahead=lookahead))
+    rows, _ = run(Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,),
+                           heads=("dense",)), ceiling=False)
+    row = rows[1]
+    assert row["ttft_ms"] == pytest.approx(50.1, abs=1e-9)
+    assert row["decode_ms"] == pytest.approx(HAND[(placement, schedule)], abs=1e-9)
+    assert [r["accepted"] for r in row["rounds_detail"]] == [2, 0, 1]
+    assert row["decode_tokens"] == 6
+
+
+@pytest.mark.parametrize("placement", ["one-gpu", "two-gpu"])
+def test_baseline_is_n_forwards_plus_prefill(tmp_path, placement):
+    (profile,) = write(tmp_path, tiny_profile(placement))
+    rows, _ = run(Scenario(profile=str(profile), acceptance="0.5", prompts=3, max_new_tokens=20,
+                           schedules=()), ceiling=False)
+    base = rows[0]
+    assert base["schedule"] == "baseline"
+    assert base["ttft_ms"] == pytest.approx(50.0 + 0.1)  # prefill + reading the first token
+    assert base["decode_ms"] == pytest.approx(3 * (19 * 11.0 + 0.1))  # n * T(1) + the final read
+    assert base["append_calls"] == 3 * 19 and base["verify_calls"] == 0
+
+
+def _random_case(seed):
+    rng = random.Random(seed)
+    placement = rng.choice(["one-gpu", "two-gpu"])
+    host = {"item_ms": rng.uniform(0, 1), "round_bookkeeping_ms": rng.uniform(0, 1)}
+    source = PerPositionAcceptance([rng.random() for _ in range(rng.randint(1, 4))])
+    K = rng.randint(1, 8)
+    gens = [Generation(str(i), 8, rng.randint(5, 80)) for i in range(3)]
+    return costs(placement, **host), placement, source, K, gens
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pipelined_never_slower_than_ordinary(seed):
+    c, placement, source, K, gens = _random_case(seed)
+    ordinary = simulate(c, Config("ordinary", "flashhead", K, 4, placement), source, gens, seed, ceiling=False)
+    pipelined = simulate(c, Config("pipelined", "flashhead", K, 4, placement), source, gens, seed, ceiling=False)
+    assert pipelined["decode_ms"] <= ordinary["decode_ms"] + 1e-9
+    assert [r["accepted"] for r in pipelined["rounds_detail"]] == [r["accepted"] for r in ordinary["rounds_detail"]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("schedule", ["deferred", "pipelined-deferred"])
+def test_deferred_one_append_per_generation_and_no_skips(seed, schedule):
+    c, placement, source, K, gens = _random_case(seed)
+    result = simulate(c, Config(schedule, "dense", K, 4, placement), source, gens, seed, ceiling=False)
+    assert result["append_calls"] == len(gens)
+    assert not any(r["verify_skipped"] for r in result["rounds_detail"])
+    assert result["verify_calls"] == result["rounds"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ordinary_skips_exactly_the_rounds_with_nothing_accepted(seed):
+    c, placement, source, K, gens = _random_case(seed)
+    result = simulate(c, Config("ordinary", "dense", K, 4, placement), source, gens, seed, ceiling=False)
+    rounds = result["rounds_detail"]
+    assert all(r["verify_skipped"] == (r["accepted"] == 0) for r in rounds)
+    assert result["verify_calls"] == sum(1 for r in rounds if r["accepted"] > 0)
+    assert result["append_calls"] == len(rounds) + len(gens)  # one per round + the initial one
+    assert sum(r["emitted"] for r in rounds) == sum(g.decode_tokens for g in gens)
+
+
+def test_same_seed_same_result_and_trace_replay_is_exact(tmp_path):
+    accepted = [1, 2, 0, 2, 2, 1, 0]
+    profile, trace = write(tmp_path, tiny_profile(), trace_lines(accepted))
+    scenario = Scenario(profile=str(profile), acceptance=f"trace:{trace}")
+    first, _ = run(scenario, ceiling=False)
+    second, _ = run(scenario, ceiling=False)
+    assert [r["decode_ms"] for r in first] == [r["decode_ms"] for r in second]
+    for row in first[1:]:
+        assert [r["accepted"] for r in row["rounds_detail"]] == accepted
+
+
+def test_head_only_ceiling_and_flashhead_cost():
+    c = costs("two-gpu")
+    source, gens = IIDAcceptance(0.6), [Generation("g", 8, 200)]
+    dense = simulate(c, Config("ordinary", "dense", 4, 4, "one-gpu"), source, gens)
+    flash = simulate(c, Config("ordinary", "flashhead", 4, 4, "one-gpu"), source, gens)
+    # one GPU, serial: every draft step saves 1 - 0.29 ms with FlashHead at 4 probes.
+    saved = dense["draft_steps"] * (1.0 - 0.29)
+    assert dense["decode_ms"] - flash["decode_ms"] == pytest.approx(saved)
+    assert dense["head_only_tok_s"] == pytest.approx(flash["head_only_tok_s"])
+    assert dense["head_only_ratio"] > flash["head_only_ratio"] > 1.0
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "pipelined", "deferred"])
+def test_phase_times_add_up_on_one_device(tmp_path, schedule):
+    """On one GPU these schedules sync only when the device is idle, so nothing overlaps and the
+    phases add up to the decode wall time (pipelined-deferred overlaps the host's read with the
+    look-ahead, so its phases add up to more)."""
+    profile, trace = write(tmp_path, tiny_profile("one-gpu"), trace_lines([2, 0, 1, 2, 2], lookahead=[True] * 5))
+    rows, _ = run(Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,),
+                           heads=("dense",)), ceiling=False)
+    row = rows[1]
+    idle_at_start = 5.0 - 0.1  # the draft prefill ends after the first token was read
+    device_and_host = sum(row["phase_ms"].values()) - row["phase_ms"]["initial"]
+    initial = row["phase_ms"]["initial"] - 5.0
+    assert device_and_host + initial + idle_at_start == pytest.approx(row["decode_ms"])
