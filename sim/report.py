@@ -121,7 +121,7 @@ def phase_share_figure(rows: list[dict], title: str) -> bytes:
     ax.set_ylabel("% of decode wall time (overlapped work can exceed 100%)")
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=4)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
     data = _png(fig)
     plt.close(fig)
     return data

@@ -19,6 +19,9 @@ from .acceptance import Generation, leading_accepts
 from .costs import Costs
 
 PHASES = ("initial", "draft_body", "draft_head", "verify", "finalize", "sync", "other")
+# initial: the draft's prefill (the target's prefill belongs to TTFT); finalize: every standalone
+# target append (ordinary's first one included); sync: host reads and cross-device waits;
+# other: token copies between devices and the host's per-round bookkeeping.
 SCHEDULES = ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred")
 HEADS = ("dense", "flashhead")
 
@@ -172,7 +175,7 @@ def baseline(m: Machine, g: Generation, block):
 
 def _ordinary_rounds(m: Machine, g: Generation, block, overlap_append: bool):
     K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
-    appended = yield from m.target_forward("initial", 1, context - 1)  # the first token -> t*
+    appended = yield from m.target_forward("finalize", 1, context - 1)  # append the first token -> t*
     f_ready, index = None, 0  # f_ready: the target-side work the draft's next step waits for
     while remaining > 0:
         proposed = yield from m.draft_steps(K, context - 1, after=[f_ready])
