@@ -44,7 +44,10 @@ class Profile:
             raise SimInputError(f"{source}: 'flashhead' needs positive integers clusters and cluster_size")
         self.clusters = fh["clusters"]
         self.default_probes = int(fh.get("default_probes") or max(1, self.clusters // 16))
-        self.agreement = _agreement(fh.get("agreement"), self.clusters, source)
+        raw_agreement = fh.get("agreement")
+        # random weights say nothing about how often FlashHead agrees with the dense head
+        self.agreement_ignored = bool(raw_agreement and raw_agreement.get("synthetic"))
+        self.agreement = None if self.agreement_ignored else _agreement(raw_agreement, self.clusters, source)
 
     @property
     def placement(self) -> str:
@@ -91,8 +94,8 @@ def _agreement(raw, clusters: int, source: str):
         raise SimInputError(f"{source}: flashhead.agreement needs lists 'probes' and 'r'") from None
     if len(ps) != len(rs) or not ps or ps != sorted(set(ps)) or ps[0] < 1:
         raise SimInputError(f"{source}: flashhead.agreement probes must be increasing positive and match r")
-    if any(not 0 < r <= 1 for r in rs):
-        raise SimInputError(f"{source}: flashhead.agreement r values must be in (0, 1]")
+    if any(not 0 <= r <= 1 for r in rs):
+        raise SimInputError(f"{source}: flashhead.agreement r values must be in [0, 1]")
     return ps, rs
 
 

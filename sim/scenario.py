@@ -180,7 +180,9 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
     """The acceptance the simulated head sees: scaled by FlashHead agreement where it is known."""
     if profile.agreement is None:
         if head == "flashhead":
-            notes.append("flashhead: acceptance as given (profile has no agreement curve r(p); probes change cost only)")
+            why = ("its agreement curve was measured on synthetic weights" if profile.agreement_ignored
+                   else "profile has no agreement curve r(p)")
+            notes.append(f"flashhead: acceptance as given ({why}; probes change cost only)")
         return source
     if isinstance(source, TraceReplay):
         r0 = 1.0 if source.head == "dense" else profile.agreement_at(source.probes or profile.default_probes)
@@ -189,6 +191,9 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
     r1 = 1.0 if head == "dense" else profile.agreement_at(probes)
     if abs(r1 - r0) < 1e-12:
         return source
+    if r0 == 0:
+        raise SimInputError(f"{head}: the source's head agrees with the dense head nowhere (r=0); "
+                            "its acceptance cannot be rescaled to other probes")
     notes.append(f"{head}: acceptance scaled by agreement r({probes})={r1:.4f} against r={r0:.4f} of the source")
     return AgreementScaled(source, r0, r1)
 

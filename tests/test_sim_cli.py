@@ -9,12 +9,13 @@ from sim.__main__ import main
 from tests.sim_fixtures import tiny_profile, trace_lines, write
 
 
-def test_default_run_compares_every_schedule_and_head(capsys):
-    assert main([]) == 0
+@pytest.mark.parametrize("argv,label", [([], "SYNTHETIC"), (["--profile", "thesis"], "study-derived")])
+def test_default_run_compares_every_schedule_and_head(capsys, argv, label):
+    assert main(argv) == 0
     out = capsys.readouterr().out
     for schedule in ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred"):
         assert schedule in out
-    assert out.count("flashhead") >= 4 and "study-derived" in out
+    assert out.count("flashhead") >= 4 and label in out
 
 
 def test_what_if_shows_base_and_change_side_by_side(tmp_path, capsys):
@@ -31,7 +32,7 @@ def test_what_if_shows_base_and_change_side_by_side(tmp_path, capsys):
 
 def test_probes_what_if_uses_agreement_when_profile_has_it(tmp_path, capsys):
     profile = tiny_profile()
-    profile["flashhead"]["agreement"] = {"source": "test", "synthetic": True, "probes": [1, 4, 16], "r": [0.5, 0.9, 0.99], "n": 100}
+    profile["flashhead"]["agreement"] = {"source": "test", "synthetic": False, "probes": [1, 4, 16], "r": [0.5, 0.9, 0.99], "n": 100}
     (path,) = write(tmp_path, profile)
     assert main(["--profile", str(path), "--acceptance", "0.7", "--head", "flashhead", "--prompts", "20",
                  "--what-if", "probes=1", "--out", str(tmp_path / "out")]) == 0
@@ -45,6 +46,14 @@ def test_probes_what_if_uses_agreement_when_profile_has_it(tmp_path, capsys):
         closed_form = lambda a: sum(a ** j for j in range(1, 7)) / 6
         assert base["acceptance"] == pytest.approx(closed_form(0.7), rel=0.1)
         assert changed["acceptance"] == pytest.approx(closed_form(0.7 * 0.5 / 0.9), rel=0.1)
+
+
+def test_agreement_measured_on_synthetic_weights_is_ignored(tmp_path, capsys):
+    profile = tiny_profile()
+    profile["flashhead"]["agreement"] = {"source": "test", "synthetic": True, "probes": [1, 4], "r": [0.01, 0.02], "n": 9}
+    (path,) = write(tmp_path, profile)
+    assert main(["--profile", str(path), "--acceptance", "0.7", "--what-if", "probes=1", "--no-ceiling"]) == 0
+    assert "agreement curve was measured on synthetic weights" in capsys.readouterr().out
 
 
 def test_sweep_writes_csv_and_plots(tmp_path, capsys):
@@ -65,7 +74,7 @@ BAD = [
     (["--acceptance=-0.1,0.5"], "acceptance[0]: acceptance must be in [0, 1]"),
     (["--no-such-flag"], "unrecognized arguments"),
     (["--schedule", "fastest"], "schedule 'fastest' is unknown"),
-    (["--graphs", "on"], "carries only eager"),
+    (["--profile", "thesis", "--graphs", "on"], "carries only eager"),
     (["--what-if", "K*=2"], "use K=value"),
 ]
 

@@ -1,0 +1,158 @@
+"""The microbenchmarks: every cost the speculative loop pays, timed the way the loop pays it.
+
+Target and draft forwards run through `GraphedCall` exactly as the decoder runs them (a CUDA graph
+per shape with graphs on, eager with graphs off), on static caches, with device-side positions.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from model.acceptance_control import AcceptanceControl
+from model.decoder import Decoder
+from model.flashhead import Clustering
+from model.graphs import GraphedCall
+from model.heads import DenseHead, FlashHead
+from model.loading import Loaded
+
+from .timing import summarize, time_op
+
+
+@dataclass
+class Bench:
+    """What every benchmark needs: the two models, where they run, and the grid to measure."""
+
+    target: Loaded
+    draft: Loaded
+    target_device: torch.device
+    draft_device: torch.device
+    contexts: list[int]
+    prompt_lengths: list[int]
+    k_max: int
+    probes: list[int]
+    clustering: Clustering
+    reps: int
+    warmup: int
+    tick: Callable[[str], None]  # progress: called once per measured point
+
+    def tokens(self, n: int, device: torch.device, vocab: int, variants: int = 4) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(n)
+        return [torch.randint(0, vocab, (1, n), generator=g).to(device) for _ in range(variants)]
+
+    def time(self, fn, inputs, device, **kw) -> dict:
+        return time_op(fn, inputs, device, reps=self.reps, warmup=self.warmup, **kw)
+
+
+def _positions(start: int, n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, start + n, device=device)
+
+
+def target_costs(b: Bench, graphs: bool) -> dict:
+    """Target decode forward (new tokens -> greedy tokens, the dense head included) for n = 1..k_max+2
+    at each context, run by the decoder's own step (graphs, fixed width); prefill for each prompt
+    length, eager, as the decoder runs it."""
+    model = b.target.model
+    step = Decoder(model, K=b.k_max + 1, graphs=graphs).target_forward
+    vocab = model.config.vocab_size
+    forward = []
+    for n in range(1, b.k_max + 3):
+        for context in b.contexts:
+            start = torch.tensor([context], device=b.target_device)
+            inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
+            forward.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})
+            b.tick(f"target forward n={n} ctx={context}")
+    return {"forward_ms": {"points": forward}, "prefill_ms": {"points": _prefill(b, b.target, b.target_device)}}
+
+
+def _prefill(b: Bench, loaded: Loaded, device: torch.device) -> list[dict]:
+    """A prompt's forward and its last token's greedy choice, eager (the decoder does not graph prefill)."""
+    model = loaded.model
+    head = DenseHead(model.head_weight)
+    points = []
+    for length in b.prompt_lengths:
+        inputs = [(t, _positions(0, length, device)) for t in b.tokens(length, device, model.config.vocab_size, 2)]
+        points.append({"prompt_len": length,
+                       **b.time(lambda t, p: head.argmax(model.forward_hidden(t, p)[0, -1:]), inputs, device)})
+        b.tick(f"{loaded.info['name']} prefill {length}")
+    return points
+
+
+def draft_costs(b: Bench, graphs: bool) -> dict:
+    """Draft body step at each context, its dense and FlashHead heads (per probe count), prefill,
+    and the KV crop (a cursor move on our static caches)."""
+    model, device = b.draft.model, b.draft_device
+    vocab, hidden = model.config.vocab_size, model.config.hidden_size
+    body = GraphedCall(model.forward_hidden, enabled=graphs)
+    body_points = []
+    for context in b.contexts:
+        inputs = [(t, _positions(context, 1, device)) for t in b.tokens(1, device, vocab)]
+        body_points.append({"context": context, **b.time(body, inputs, device)})
+        b.tick(f"draft body ctx={context}")
+    states = [(torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
+              for i in range(4)]
+    dense = DenseHead(model.head_weight)
+    dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device)
+    b.tick("draft dense head")
+    flash = []
+    for p in b.probes:
+        head = FlashHead(model.head_weight, b.clustering, probes=p)
+        flash.append({"probes": p, **b.time(GraphedCall(head.argmax, enabled=graphs), states, device)})
+        b.tick(f"draft FlashHead p={p}")
+    cursor = torch.zeros(3, dtype=torch.long, device=device)
+    moves = [(torch.full((3,), i, dtype=torch.long, device=device),) for i in range(4)]
+    crop = b.time(cursor.copy_, moves, device)
+    return {"body_ms": {"points": body_points}, "head_dense_ms": dense_ms,
+            "head_flashhead_ms": {"points": flash},
+            "append_ms": {k: v for k, v in body_points[0].items() if k != "context"},  # one body step
+            "prefill_ms": {"points": _prefill(b, b.draft, device)}, "kv_crop_ms": crop}
+
+
+def host_costs(b: Bench) -> dict:
+    """Reading a scalar to the host, the cross-device token copy, and an event wait."""
+    td, dd = b.target_device, b.draft_device
+    values = [(torch.tensor([i], device=td),) for i in range(4)]
+    item = b.time(lambda t: t.item(), values, td)
+    tokens = [(torch.tensor([[i]], device=dd),) for i in range(4)]
+    copy = b.time(lambda t: t.to(td, non_blocking=True), tokens, td, also_sync=[dd] if dd != td else [])
+    event = b.time(_record_and_wait, [(td,)], td)
+    b.tick("host costs")
+    return {"item_ms": item, "copy_token_ms": copy, "event_sync_ms": event}
+
+
+def _record_and_wait(device: torch.device) -> None:
+    if device.type == "cuda":
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(device))
+        done.synchronize()
+
+
+def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0) -> float | None:
+    """Device-memory bandwidth (bytes read + written per second) of one large copy: the floor's rate."""
+    if device.type != "cuda":
+        return None
+    n = int(gib * 2**30) // 2
+    src = torch.randn(n, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    result = time_op(lambda: dst.copy_(src), [()], device, reps=10, warmup=2)
+    return 2 * src.numel() * 2 / (result["median_ms"] / 1e3) / 1e9
+
+
+BOOKKEEPING_NEW_TOKENS = 48
+
+
+def round_bookkeeping(b: Bench, prompt) -> dict:
+    """Host time per round outside the device phases and the read, from a short real deferred run
+    (acceptance-controlled at 0.5, K = min(6, k_max)): the decoder's own per-round overhead."""
+    K, new_tokens = min(6, b.k_max), BOOKKEEPING_NEW_TOKENS
+    ids = b.target.tokenizer.encode(prompt.text)[: min(b.prompt_lengths)]
+    control = AcceptanceControl("a=0.5", b.draft.model.config.vocab_size, b.draft.model.max_seq_len, b.draft_device)
+    decoder = Decoder(b.target.model, b.draft.model, DenseHead(b.draft.model.head_weight), K=K,
+                      graphs=b.target_device.type == "cuda", control=control)
+    control.bind(decoder.reference(ids, new_tokens), len(ids), prompt.id)
+    others = []
+    for _ in range(3):  # the first run warms up
+        generation = decoder.generate(ids, new_tokens, "deferred")
+        others = [r.phases_ms["other"] for r in generation.rounds if r.phases_ms] or others
+    return summarize(others, others)

@@ -1,0 +1,281 @@
+"""python -m model: greedy speculative decoding of Spec-Bench prompts -> acceptance traces, run summaries.
+
+Runs each chosen schedule over the chosen prompts (after a warm-up generation), writes one
+trace (JSONL) and one summary (JSON) per schedule into --out, and prints a table. Bad input gets
+one line `error: ...` on stderr, exit code 2, and nothing in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from model.acceptance_control import AcceptanceControl, parse_spec
+from model.decoder import PLACEMENTS, SCHEDULES, Decoder, cache_room, placement_devices
+from model.errors import UsageError
+from model.flashhead import build_clustering, load_assets
+from model.heads import DenseHead, FlashHead
+from model.loading import load_model
+from model.prompts import select_prompts
+from model.tokenizer import check_compatible
+from model.trace import summarize, trace_lines, write_summary, write_trace
+
+HEADS = ("dense", "flashhead")
+EPILOG = """\
+prompt selections (--prompts):
+  first:N            the first N Spec-Bench questions
+  per-category:N     the first N of every category
+  writing,math,81    categories and question ids, comma-separated (the first turn is the prompt)
+
+acceptance control (--acceptance, synthetic weights only):
+  a=0.43             the draft proposes the target's greedy token with i.i.d. probability 0.43
+  pattern=1,1,0      ... by a fixed accept/reject pattern over output positions (repeated)
+  The draft still runs its real body and head every step; only its proposal is replaced.
+
+outputs (--out DIR): SCHEDULE.trace.jsonl (flashspec.trace/1) and SCHEDULE.summary.json
+(flashspec.summary/1) for every schedule run; see docs/contracts.md.
+
+examples:
+  python -m model --placement cpu --prompts first:2 --max-new-tokens 32 --acceptance a=0.5 --check-exact
+  python -m model --target qwen3-32b-awq --draft qwen3-0.6b --head flashhead --probes 593 \\
+      --placement two-gpu --schedule all --K 6 --acceptance a=0.43 --out out/run1
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2, like every other bad input
+        raise UsageError(message)
+
+
+def parse_args(argv) -> argparse.Namespace:
+    p = _Parser(prog="python -m model", description=__doc__, epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = p.add_argument
+    add("--target", default="tiny-qwen3", help="target model: a preset or a checkpoint folder (default tiny-qwen3)")
+    add("--draft", default="tiny-qwen3-draft",
+        help="draft model: a preset or a checkpoint folder (default tiny-qwen3-draft)")
+    add("--head", default="dense", help=f"draft head: {' or '.join(HEADS)} (the target always uses its dense head)")
+    add("--probes", type=int, default=None, help="FlashHead clusters scored exactly per step (default: clusters / 16)")
+    add("--clustering", default=None, metavar="DIR",
+        help="load the FlashHead clustering from DIR (published asset layout); default: build it from the draft's head")
+    add("--schedule", default="all", help=f"one of {', '.join(SCHEDULES)}, several joined by ',', or all (default)")
+    add("--K", type=int, default=6, help="draft tokens proposed per round, >= 1 (default 6)")
+    add("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included (default 64)")
+    add("--prompts", default="first:2", help="which Spec-Bench prompts (see below; default first:2)")
+    add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the shared Spec-Bench file)")
+    add("--placement", default=None,
+        help=f"{', '.join(PLACEMENTS)}: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU "
+             "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)")
+    add("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)")
+    add("--graphs", default="on", choices=["on", "off"], help="replay steps as CUDA graphs (on GPU; default on)")
+    add("--acceptance", default=None, metavar="SPEC", help="acceptance control for synthetic weights (see below)")
+    add("--seed", type=int, default=0, help="seed of synthetic weights, clustering and acceptance control (default 0)")
+    add("--warmup", type=int, default=1, help="untimed generations of the first prompt per schedule (default 1)")
+    add("--phases", default="on", choices=["on", "off"],
+        help="record per-round phase times (CUDA events; default on; off removes their small overhead)")
+    add("--stop-at-eos", action="store_true", help="stop a generation at the tokenizer's EOS token (if it has one)")
+    add("--check-exact", action="store_true",
+        help="compare every output with target-only greedy decoding; exit 1 on a mismatch")
+    add("--out", default=None, metavar="DIR", help="folder for traces and summaries (created at the end, all at once)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    try:
+        return run(parse_args(argv))
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except torch.cuda.OutOfMemoryError:
+        print("error: out of GPU memory (try fewer prompts or tokens, a smaller model, or another placement)",
+              file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
+    schedules = _schedules(args.schedule)
+    _check_numbers(args)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    placement = args.placement or ("two-gpu" if torch.cuda.device_count() >= 2 else
+                                   "one-gpu" if torch.cuda.is_available() else "cpu")
+    devices = placement_devices(placement)
+    prompts = select_prompts(args.prompts, args.prompts_file)
+    target, draft, weights = _load(args, devices, speculative=any(s != "baseline" for s in schedules))
+    ids = [target.tokenizer.encode(p.text) for p in prompts]
+    reference_len = args.max_new_tokens + (2 * args.K + 2 if args.acceptance else 0)
+    dec, control = _decoder(args, target, draft, devices[1], room=cache_room(max(map(len, ids)), reference_len, args.K))
+    needs_reference = control is not None or args.check_exact
+    references = {p.id: dec.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
+    results = _decode(dec, schedules, prompts, ids, references, control, args)
+    config = {"target": args.target, "draft": args.draft if draft else None, "weights": weights,
+              "placement": placement, "graphs": dec.graphs, "max_new_tokens": args.max_new_tokens,
+              "prompts": [p.id for p in prompts]}
+    if control is not None:
+        config["acceptance_control"] = control.describe()
+    summaries = {s: summarize({**config, **_head_config(s, dec, args)}, runs) for s, runs in results.items()}
+    if out is not None:
+        _write_outputs(out, results, summaries)
+    mismatches = _check_exact(results, references, args) if args.check_exact else {}
+    _print_table(summaries, config, args, mismatches if args.check_exact else None)
+    for line in mismatches.values():
+        print(f"error: check-exact: {line}", file=sys.stderr)
+    return 1 if mismatches else 0
+
+
+def _load(args, devices, speculative: bool):
+    """Target, draft (None when only the baseline runs) and "synthetic" | "real"."""
+    if args.acceptance:
+        parse_spec(args.acceptance)
+    target = load_model(args.target, devices[0], args.dtype, args.seed, max_seq_len=1)
+    draft = load_model(args.draft, devices[1], args.dtype, args.seed + 1, max_seq_len=1) if speculative else None
+    if draft is not None:
+        check_compatible(target.tokenizer, draft.tokenizer, target.model.config.vocab_size,
+                         draft.model.config.vocab_size)
+    weights = "synthetic" if any(m.info["weights"] == "synthetic" for m in (target, draft) if m) else "real"
+    if args.acceptance and weights == "real":
+        raise UsageError("--acceptance replaces the draft's proposals; it is for synthetic weights only")
+    return target, draft, weights
+
+
+def _decoder(args, target, draft, draft_device, room: int):
+    """The Decoder (caches sized to `room` slots, graphs captured) and its acceptance control."""
+    for m in (target, draft):
+        if m is not None:
+            m.model.setup_cache(room)
+    control = None
+    if args.acceptance and draft is not None:
+        control = AcceptanceControl(args.acceptance, target.model.config.vocab_size, room, draft_device, args.seed)
+    dec = Decoder(target.model, draft.model if draft else None, _draft_head(args, draft) if draft else None,
+                  K=args.K, graphs=args.graphs == "on", control=control, phases=args.phases == "on",
+                  eos_id=target.tokenizer.eos_token_id, stop_at_eos=args.stop_at_eos)
+    return dec, control
+
+
+def _head_config(schedule: str, dec, args) -> dict:
+    if schedule == "baseline":
+        return {"schedule": schedule, "K": 0, "head": "dense", "probes": None}
+    probes = dec.draft_head.probes if isinstance(dec.draft_head, FlashHead) else None
+    return {"schedule": schedule, "K": args.K, "head": args.head, "probes": probes}
+
+
+def _schedules(spec: str) -> list[str]:
+    chosen = list(SCHEDULES) if spec == "all" else [s.strip() for s in spec.split(",")]
+    unknown = [s for s in chosen if s not in SCHEDULES]
+    if unknown or not chosen:
+        raise UsageError(f"unknown schedule {', '.join(unknown) or spec!r}; valid: {', '.join(SCHEDULES)}, or all")
+    return chosen
+
+
+def _check_numbers(args) -> None:
+    if args.K < 1:
+        raise UsageError(f"--K must be >= 1 (draft tokens per round), got {args.K}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.head not in HEADS:
+        raise UsageError(f"unknown head {args.head!r}; valid: {', '.join(HEADS)}")
+    if args.head == "dense" and (args.probes is not None or args.clustering):
+        raise UsageError("--probes and --clustering apply to --head flashhead only")
+
+
+def _draft_head(args, draft):
+    weight = draft.model.head_weight
+    if args.head == "dense":
+        return DenseHead(weight)
+    clustering = load_assets(args.clustering) if args.clustering else build_clustering(weight, seed=args.seed)
+    eos = draft.tokenizer.eos_token_id
+    return FlashHead(weight, clustering.to(weight.device), args.probes, always_tokens=[eos] if eos is not None else ())
+
+
+def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
+    """Every schedule over every prompt (warm-up generations first); {schedule: [(prompt_id, Generation)]}."""
+    results = {}
+    total = len(schedules) * (len(prompts) + args.warmup)
+    with tqdm(total=total, desc="decoding", unit="gen", file=sys.stderr, disable=None, leave=False) as bar:
+        for schedule in schedules:
+            runs = [(prompts[0], ids[0])] * args.warmup + list(zip(prompts, ids))
+            results[schedule] = []
+            for index, (prompt, x) in enumerate(runs):
+                if control is not None:
+                    control.bind(references[prompt.id], len(x), prompt.id)
+                bar.set_postfix_str(f"{schedule} {prompt.id}")
+                generation = dec.generate(x, args.max_new_tokens, schedule)
+                if index >= args.warmup:
+                    results[schedule].append((prompt.id, generation))
+                bar.update()
+    return results
+
+
+def _write_outputs(out: Path, results, summaries) -> None:
+    """All files into a temporary folder beside `out`, then moved in by renames."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the output folder is an ordinary one
+    try:
+        for schedule, runs in results.items():
+            config = summaries[schedule]["config"]
+            lines = [line for pid, g in runs for line in
+                     trace_lines(g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"],
+                                 probes=config["probes"])]
+            write_trace(tmp / f"{schedule}.trace.jsonl", lines)
+            write_summary(tmp / f"{schedule}.summary.json", summaries[schedule])
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        for file in tmp.iterdir():
+            os.replace(file, out / file.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_exact(results, references, args) -> dict[str, str]:
+    """The first mismatch of each schedule's outputs against target-only greedy decoding."""
+    problems = {}
+    for schedule, runs in results.items():
+        for pid, g in runs:
+            want = references[pid][: args.max_new_tokens]
+            if g.tokens != want and schedule not in problems:
+                at = next((i for i, (a, b) in enumerate(zip(g.tokens, want)) if a != b), min(len(g.tokens), len(want)))
+                got_tok = g.tokens[at] if at < len(g.tokens) else "end"
+                want_tok = want[at] if at < len(want) else "end"
+                problems[schedule] = (f"{schedule} differs from target-only greedy on prompt {pid} at token {at} "
+                                      f"(got {got_tok}, expected {want_tok})")
+    return problems
+
+
+def _print_table(summaries, config, args, mismatches: dict | None) -> None:
+    draft = f", draft {config['draft']}" if config["draft"] else ""
+    print(f"target {config['target']}{draft} | weights: {config['weights']} | placement {config['placement']} | "
+          f"graphs {'on' if config['graphs'] else 'off'} | K={args.K} | {len(config['prompts'])} prompts x "
+          f"{args.max_new_tokens} tokens")
+    if config["weights"] == "synthetic":
+        note = (f"acceptance controlled ({args.acceptance})" if args.acceptance else
+                "acceptance between random-weight models is meaningless; use --acceptance a=RATE")
+        print(f"synthetic weights: timings are real, outputs are not language; {note}")
+    base = summaries.get("baseline", {}).get("decode_tok_s")
+    header = ("schedule", "head", "K", "tok/s", "speedup", "TTFT ms", "accept", "emitted", "verify", "append")
+    rows = [header + (("exact",) if mismatches is not None else ())]
+    for schedule, s in summaries.items():
+        c = s["config"]
+        row = (schedule, c["head"] + (f" p={c['probes']}" if c["head"] == "flashhead" else ""), str(c["K"]),
+               f"{s['decode_tok_s']:.2f}", f"{s['decode_tok_s'] / base:.3f}x" if base else "-",
+               f"{s['ttft_ms']:.1f}", "-" if s["acceptance"] is None else f"{s['acceptance']:.3f}",
+               f"{s['mean_emitted']:.3f}", str(s["verify_calls"]), str(s["append_calls"]))
+        rows.append(row + (("NO" if schedule in mismatches else "yes",) if mismatches is not None else ()))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

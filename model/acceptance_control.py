@@ -1,0 +1,83 @@
+"""Acceptance-controlled draft proposals, for models with synthetic (random) weights.
+
+A random-weight draft almost never agrees with a random-weight target, so its acceptance says
+nothing. For timing validation the draft still runs its real body and head every step, but its
+proposal is then replaced on the device: for the token at absolute position q it proposes the
+target's own greedy token there (from a reference run of the target alone) when the pattern says
+"accept", and that token + 1 (mod V), which the target rejects, when it says "reject".
+
+The pattern is a bit per output position (position P + 1 + j for bit j, P the prompt length).
+Every position is tested at most once on the accepted path (a round ends at its first rejection,
+and the next round starts after the correction), so i.i.d. bits give exactly i.i.d. per-token
+acceptance, and every schedule sees the same bits. The decoder's logic is unchanged, so the output
+still equals target greedy; the trace records what the target actually accepted.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from model.errors import UsageError
+
+
+class AcceptanceControl:
+    """Replaces draft proposals on the device; its buffers have fixed addresses (graph-safe)."""
+
+    def __init__(self, spec: str, vocab_size: int, capacity: int, device: torch.device, seed: int = 0):
+        self.kind, self.rate, self.pattern = parse_spec(spec)
+        self.spec, self.vocab_size, self.seed = spec, vocab_size, seed
+        self.reference = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.accept = torch.zeros(capacity, dtype=torch.bool, device=device)
+
+    def describe(self) -> dict:
+        """The summary's `acceptance_control` object."""
+        if self.kind == "iid":
+            return {"kind": "iid", "a": self.rate, "seed": self.seed}
+        return {"kind": "pattern", "pattern": self.pattern}
+
+    def bind(self, reference: list[int], prompt_len: int, key: str) -> None:
+        """Load one prompt's reference continuation (the first token first) and its acceptance bits.
+
+        `key` (the prompt id) seeds the i.i.d. bits, so each prompt gets its own stream."""
+        capacity = self.reference.numel()
+        if prompt_len + len(reference) > capacity:
+            raise UsageError(f"acceptance control holds {capacity} positions, the prompt and reference need "
+                             f"{prompt_len + len(reference)}")
+        ref = torch.zeros(capacity, dtype=torch.long)
+        ref[prompt_len:prompt_len + len(reference)] = torch.tensor(reference, dtype=torch.long)
+        bits = torch.zeros(capacity, dtype=torch.bool)
+        bits[prompt_len + 1:] = self._bits(capacity - prompt_len - 1, key)
+        self.reference.copy_(ref)
+        self.accept.copy_(bits)
+
+    def _bits(self, n: int, key: str) -> torch.Tensor:
+        if self.kind == "pattern":
+            return torch.tensor(self.pattern, dtype=torch.bool).repeat(n // len(self.pattern) + 1)[:n]
+        generator = torch.Generator().manual_seed(zlib.crc32(f"{self.seed}/{key}".encode()))
+        return torch.rand(n, generator=generator) < self.rate
+
+    def propose(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The controlled proposal for the token at positions `pos` (the draft's own `token` is
+        computed and discarded: it is what the timing must include)."""
+        ref = self.reference[pos]
+        return torch.where(self.accept[pos], ref, (ref + 1) % self.vocab_size).view_as(token)
+
+
+def parse_spec(spec: str) -> tuple[str, float | None, list[int] | None]:
+    """`a=0.43` (i.i.d. per-token acceptance) or `pattern=1,1,0` (bits per position, repeated)."""
+    kind, _, value = spec.partition("=")
+    try:
+        if kind == "a":
+            rate = float(value)
+            if 0.0 <= rate <= 1.0:
+                return "iid", rate, None
+        elif kind == "pattern":
+            bits = [int(b) for b in value.split(",")]
+            if bits and set(bits) <= {0, 1}:
+                return "pattern", None, bits
+    except ValueError:
+        pass
+    raise UsageError(f"bad acceptance control {spec!r}; valid: a=RATE with RATE in [0, 1] (e.g. a=0.43), "
+                     "or pattern=BITS with comma-separated 0/1 (e.g. pattern=1,1,0)")

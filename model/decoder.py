@@ -1,0 +1,421 @@
+"""Greedy speculative decoding on static KV caches, with at most one host sync per round.
+
+The decoder owns the device-side state of a generation (`Run`): the output buffer, the counter of
+emitted tokens, the per-round accepted counts and a cursor [prev, f, p] (f the last emitted token,
+at position p, and prev the token before it). A round's result is computed on the device: accepted
+= the cumulative product of matches, summed; f = the target's argmax at that index; the emitted
+tokens are scattered into the output buffer. The host reads one small packed tensor per round, and
+the tokens once at the end. Cropping a cache after a rejection is only moving the cursor: the
+models write K/V by position and mask the slots above it (see model/transformer.py).
+
+Target and draft forwards go through `GraphedCall` (a CUDA graph per shape, eager on the CPU):
+the target per number of new tokens, the draft's body and head as separate graphs, so phase times
+can tell them apart. The schedules themselves live in `model/schedules.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from model import schedules
+from model.errors import UsageError
+from model.graphs import GraphedCall
+from model.heads import DenseHead
+from model.trace import PHASES, Generation, Round
+
+PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
+EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
+
+
+def cache_room(prompt_len: int, new_tokens: int, K: int) -> int:
+    """Cache slots a generation may touch: the last round and a look-ahead run past the new tokens,
+    and fixed-width dummies sit past the last real row."""
+    return prompt_len + new_tokens + 2 * K + 3 + width(K)
+
+
+def width(K: int) -> int:
+    """Rows of a fixed-width target forward: the same for every K up to EXACT_WIDTH - 1, so the
+    baseline's tokens do not depend on K."""
+    return max(EXACT_WIDTH, K + 1)
+SCHEDULES = tuple(schedules.SCHEDULES)
+
+
+def placement_devices(placement: str) -> tuple[torch.device, torch.device]:
+    """(target device, draft device) of a placement, or UsageError when it cannot run here."""
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+    if placement == "cpu":
+        return torch.device("cpu"), torch.device("cpu")
+    need = 2 if placement == "two-gpu" else 1
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < need:
+        raise UsageError(f"no GPU: placement {placement} needs {need} CUDA GPU{'s' * (need > 1)}, found {have} "
+                         f"(use --placement cpu{'' if have < 1 else ' or one-gpu'})")
+    return torch.device("cuda", 0), torch.device("cuda", need - 1)
+
+
+class PhaseClock:
+    """Per-round phase times, recorded without host syncs.
+
+    Device phases (draft_body, draft_head, verify, finalize) are CUDA-event intervals on the
+    phase's device, read once when the generation ends (perf_counter on the CPU). `sync` is the
+    host's time materializing the round's read once the device work it waits for has finished.
+    `other` is the rest of the round's host wall time (copies, bookkeeping, launch gaps); it is 0
+    where device phases overlap (two GPUs), whose sum may then exceed the wall time.
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.rounds: list[dict[str, list]] = []
+        self.marks: list[float] = []
+
+    def reset(self, start: float) -> None:
+        """A new generation whose decode phase started at perf_counter time `start`."""
+        self.rounds, self.marks = [], [start]
+
+    def next_round(self) -> None:
+        """Round boundaries: the first round's wall time runs from the decode start."""
+        if self.rounds:
+            self.marks.append(time.perf_counter())
+        self.rounds.append({})
+
+    @contextmanager
+    def phase(self, name: str, device: torch.device) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        if device.type == "cuda":
+            stream = torch.cuda.current_stream(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            yield
+            end.record(stream)
+            self.rounds[-1].setdefault(name, []).append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.rounds[-1].setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+
+    def read(self, packed: torch.Tensor) -> list[int]:
+        """The host sync of a round: wait for the device, then time the materialization alone."""
+        if self.enabled and packed.is_cuda:
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(packed.device))
+            done.synchronize()
+        t0 = time.perf_counter()
+        values = packed.tolist()
+        if self.enabled:
+            self.rounds[-1].setdefault("sync", []).append((time.perf_counter() - t0) * 1e3)
+        return values
+
+    def results(self, end: float) -> list[dict[str, float]] | None:
+        """Per-round phase totals in ms, `end` closing the last round (perf_counter time)."""
+        if not self.enabled:
+            return None
+        walls = [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:] + [end])]
+        out = []
+        for wall, recorded in zip(walls, self.rounds):
+            phases = {p: sum(_ms(x) for x in recorded.get(p, ())) for p in PHASES if p != "other"}
+            phases["other"] = max(0.0, wall - sum(phases.values()))
+            out.append(phases)
+        return out
+
+
+def _upload(values: list[int], device: torch.device) -> torch.Tensor:
+    """A small host list on `device` without waiting for the device's queued work (pinned, async)."""
+    host = torch.tensor(values, dtype=torch.long)
+    return host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+
+
+def _ms(interval) -> float:
+    """A perf_counter duration, or a pair of CUDA events (waited for here, after the generation)."""
+    if not isinstance(interval, tuple):
+        return interval
+    interval[1].synchronize()
+    return interval[0].elapsed_time(interval[1])
+
+
+@dataclass
+class HostRound:
+    """What the host knows of a round when it is issued; the accepted counts come at the end."""
+
+    proposed: int
+    verify_skipped: bool = False
+    lookahead_used: bool | None = None
+
+
+@dataclass
+class Run:
+    """One generation's device state and what the host knows about it."""
+
+    prompt_len: int
+    max_new: int
+    first: int  # the first token (read for TTFT)
+    out: torch.Tensor  # [max_new + K + 2] on the target device: emitted tokens, the first one first
+    n: torch.Tensor  # [1] tokens emitted so far
+    eos: torch.Tensor  # [1] bool: an emitted token was EOS
+    accepted: torch.Tensor  # [max_new] accepted count of each round (0 for baseline)
+    cursor: torch.Tensor  # [3] prev, f, p on the target device
+    cursor_d: torch.Tensor  # the same, as the draft device last received it
+    lo: int = 1  # host bounds on the device counter n after the rounds issued so far
+    hi: int = 1
+    certain: bool = True  # the host read n and the EOS flag after the last round issued
+    eos_seen: bool = False
+    verify_calls: int = 0
+    append_calls: int = 0
+    tstar: torch.Tensor | None = None  # ordinary schedules: the target's pending next token
+    rounds: list[HostRound] = field(default_factory=list)
+
+    def more(self) -> bool:
+        """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
+        return self.lo < self.max_new and not self.eos_seen
+
+    def issued(self, least: int, most: int) -> None:
+        """A round was issued that emits least..most tokens."""
+        self.lo, self.hi, self.certain = self.lo + least, self.hi + most, False
+
+    def known(self, n: int, eos: int) -> None:
+        """The host read the counter and the EOS flag."""
+        self.lo, self.hi, self.eos_seen, self.certain = n, n, bool(eos), True
+
+
+class Decoder:
+    """Greedy decoding of `target`, alone (baseline) or speculatively with `draft`.
+
+    target, draft: `Transformer`s with static caches set up, on their devices (two devices make the
+    `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
+    with `draft_head` (DenseHead or FlashHead). `control` (an AcceptanceControl on the draft
+    device) replaces the draft's proposals. `graphs` captures every step as a CUDA graph up front.
+
+    `fixed_width` (default: on for CUDA) runs every target decode forward (baseline step, append,
+    verify) over the same number of rows, `width()`: the real tokens, then dummy ones. GPU kernels
+    pick their arithmetic by shape, so a token's bf16 logits from a 1-token forward and from a
+    7-token verify can differ in the last bit and flip a near-tie; at one fixed width every token
+    is computed by the same kernels whichever forward carries it, which is what makes speculative
+    output equal target-only greedy token for token on the GPU. The dummy rows sit after the real
+    ones, so the real rows never attend to them, and later forwards overwrite their cache slots.
+    """
+
+    def __init__(self, target, draft=None, draft_head=None, *, K: int = 6, graphs: bool = True,
+                 control=None, phases: bool = True, eos_id: int | None = None, stop_at_eos: bool = False,
+                 fixed_width: bool | None = None):
+        if K < 1:
+            raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
+        if draft is not None and draft_head is None:
+            raise UsageError("a draft model needs a draft head (DenseHead or FlashHead)")
+        self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
+        self.td = target.head_weight.device
+        self.dd = draft.head_weight.device if draft is not None else self.td
+        self.target_head = DenseHead(target.head_weight)
+        self.eos_id = eos_id if stop_at_eos else None
+        self.clock = PhaseClock(phases)
+        use_width = self.td.type == "cuda" if fixed_width is None else fixed_width
+        self.rows = width(K) if use_width else None
+        self.ar = torch.arange(max(K + 2, self.rows or 0), device=self.td)
+        self.ar_d = self.ar.to(self.dd)
+        self.shift_d = torch.tensor([0, 0, K + 1], device=self.dd)
+        self._target = GraphedCall(self._target_fn, enabled=graphs)
+        self._body = GraphedCall(self._body_fn, enabled=graphs)
+        self._head = GraphedCall(self._head_fn, enabled=graphs)
+        self.graphs = graphs and self.td.type == "cuda"
+        if self.graphs:
+            self._capture()
+
+    # --- step functions (graph-captured) ----------------------------------------------------------
+    def _target_fn(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """tokens [1, n] at positions start.. -> the target's argmax after each of them [n]."""
+        n = tokens.shape[1]
+        if self.rows:
+            tokens = F.pad(tokens, (0, self.rows - n))
+        hidden = self.target.forward_hidden(tokens, start + self.ar[: tokens.shape[1]])
+        return self.target_head.argmax(hidden[0, :n])
+
+    def target_forward(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """The target decode step exactly as the schedules run it (graph, fixed width): for measure."""
+        return self._target(tokens, start)
+
+    def _body_fn(self, tokens: torch.Tensor, start: torch.Tensor):
+        """Draft body over tokens [1, n] at start.. -> (last hidden [1, d], position of the next token)."""
+        n = tokens.shape[1]
+        hidden = self.draft.forward_hidden(tokens, start + self.ar_d[:n])
+        return hidden[0, -1:], start + n
+
+    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        token = self.draft_head.argmax(hidden)
+        return token if self.control is None else self.control.propose(token, pos)
+
+    def _capture(self) -> None:
+        """Capture every graph the schedules use now, before anything is timed. Dummy steps write
+        cache slots that every generation's prefill and decode rewrite before reading."""
+        start = torch.zeros(1, dtype=torch.long, device=self.td)
+        for n in sorted({1, self.K, self.K + 1}):
+            self._target(torch.zeros(1, n, dtype=torch.long, device=self.td), start)
+        if self.draft is not None:
+            for n in (1, 2):
+                hidden, pos = self._body(torch.zeros(1, n, dtype=torch.long, device=self.dd), start.to(self.dd))
+                self._head(hidden, pos)
+        for device in {self.td, self.dd}:
+            torch.cuda.synchronize(device)
+
+    # --- a generation ---------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, schedule: str) -> Generation:
+        """Decode up to `max_new_tokens` tokens (the first included) after the prompt with `schedule`."""
+        if schedule not in schedules.SCHEDULES:
+            raise UsageError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if schedule != "baseline" and self.draft is None:
+            raise UsageError(f"schedule {schedule} needs a draft model")
+        if max_new_tokens < 1 or not prompt_ids:
+            raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
+        self._check_room(len(prompt_ids), max_new_tokens)
+        t0 = time.perf_counter()
+        run = self._prefill(prompt_ids, max_new_tokens, with_draft=schedule != "baseline")
+        schedules.SCHEDULES[schedule](self, run)
+        tokens, accepted = self._final_read(run)
+        end = time.perf_counter()
+        first = self.clock.marks[0]
+        return self._generation(run, tokens, accepted, (first - t0) * 1e3, (end - first) * 1e3, self.clock.results(end))
+
+    def reference(self, prompt_ids: list[int], length: int) -> list[int]:
+        """The target's greedy continuation (`length` tokens, the first one first), timing discarded."""
+        return self.generate(prompt_ids, length, "baseline").tokens
+
+    def _check_room(self, prompt_len: int, max_new: int) -> None:
+        need = cache_room(prompt_len, max_new, self.K)
+        models = [self.target] + ([self.draft] if self.draft is not None else [])
+        have = min(m.max_seq_len for m in models)
+        if need > have:
+            raise UsageError(f"a {prompt_len}-token prompt with {max_new} new tokens and K={self.K} needs "
+                             f"{need} cache slots, the models have {have}")
+
+    def _prefill(self, prompt_ids: list[int], max_new: int, with_draft: bool) -> Run:
+        """Prefill and the first token (TTFT), then the decode state with f = the first token.
+
+        The draft's prefill overlaps the target's on two devices; on one device it is queued after
+        the first token, so TTFT is the target's alone in both (as the simulator models it). No
+        cross-device copy here: PyTorch's copy between GPUs waits for both devices' queued work."""
+        P = len(prompt_ids)
+        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.td).view(1, -1)
+        prompt_d = torch.tensor(prompt_ids, dtype=torch.long, device=self.dd).view(1, -1) if with_draft else None
+        first = self.target_head.argmax(self.target.forward_hidden(prompt, torch.arange(P, device=self.td))[0, -1:])
+        overlap = with_draft and self.dd != self.td
+        if overlap:
+            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.dd))
+        first_token = first.item()  # the first token reaches the host: TTFT ends, decoding starts
+        self.clock.reset(time.perf_counter())
+        if with_draft and not overlap:
+            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.dd))
+        cursor = [prompt_ids[-1], first_token, P]
+        out = torch.zeros(max_new + self.K + 2, dtype=torch.long, device=self.td)
+        out[:1] = first
+        zero = torch.zeros(1, dtype=torch.long, device=self.td)
+        accepted = torch.zeros(max_new, dtype=torch.long, device=self.td)
+        return Run(P, max_new, first_token, out, zero + 1, zero.bool(), accepted,
+                   _upload(cursor, self.td), _upload(cursor, self.dd))
+
+    def _final_read(self, run: Run) -> tuple[list[int], list[int]]:
+        """One read at the end: the tokens (cut at max_new, and after EOS when stopping there) and
+        the accepted count of every round."""
+        n, rounds = min(run.lo, run.max_new), len(run.rounds)
+        values = self.clock.read(torch.cat([run.out[:n], run.accepted[:rounds]])) if rounds else [run.first]
+        tokens, accepted = values[:n], values[n:]
+        if self.eos_id is not None and self.eos_id in tokens:
+            tokens = tokens[: tokens.index(self.eos_id) + 1]
+        return tokens, accepted
+
+    def _generation(self, run: Run, tokens, accepted, ttft_ms, decode_ms, phases) -> Generation:
+        """Host records: emitted = accepted + 1, cut on the last round to the tokens kept."""
+        rounds, emitted_before, remaining = [], 1, len(tokens) - 1
+        for index, (acc, host) in enumerate(zip(accepted, run.rounds)):
+            emitted = min(acc + 1, remaining)
+            rounds.append(Round(host.proposed, acc, emitted, host.verify_skipped, run.prompt_len + emitted_before,
+                                host.lookahead_used, phases[index] if phases else None))
+            emitted_before += acc + 1
+            remaining -= emitted
+        return Generation(tokens, rounds, ttft_ms, decode_ms, run.verify_calls, run.append_calls)
+
+    # --- operations the schedules issue, named as in docs/contracts.md -----------------------------
+    def begin_round(self, run: Run, proposed: int) -> HostRound:
+        self.clock.next_round()
+        run.rounds.append(HostRound(proposed))
+        return run.rounds[-1]
+
+    def draft_steps(self, tokens: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
+        """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps]."""
+        proposals = torch.empty(steps, dtype=torch.long, device=self.dd)
+        for i in range(steps):
+            with self.clock.phase("draft_body", self.dd):
+                hidden, start = self._body(tokens, start)
+            with self.clock.phase("draft_head", self.dd):
+                token = self._head(hidden, start)
+                proposals[i : i + 1] = token
+            tokens = token.view(1, 1)
+        return proposals
+
+    def propose(self, run: Run) -> torch.Tensor:
+        """K draft steps from f. The first step feeds [prev, f]: after a fully accepted block the draft
+        never consumed the block's last token, and re-feeding an already consumed one is harmless."""
+        cursor = run.cursor_d
+        return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
+
+    def lookahead(self, run: Run, block_d: torch.Tensor) -> torch.Tensor:
+        """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
+        return self.draft_steps(block_d[-1:].view(1, 1), run.cursor_d[2:3] + self.K, self.K + 1)
+
+    def to_target(self, x: torch.Tensor) -> torch.Tensor:
+        """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
+        events (PyTorch's two-way barrier), so no host sync is involved."""
+        return x.to(self.td, non_blocking=True)
+
+    def to_draft(self, run: Run) -> None:
+        """copy_tokens of the cursor (prev, f, p) to the draft device."""
+        run.cursor_d = run.cursor.to(self.dd, non_blocking=True)
+
+    def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:
+        """One target forward over tokens [n] at start..; the target's argmax after each [n].
+        `standalone` counts it as an append call (the study's accounting of baseline forwards)."""
+        if standalone:
+            run.append_calls += 1
+        else:
+            run.verify_calls += 1
+        with self.clock.phase("verify", self.td):
+            return self._target(tokens.view(1, -1), start)
+
+    def append(self, run: Run) -> torch.Tensor:
+        """The standalone one-token target forward over f; returns t* (cloned: graph outputs are
+        overwritten by the next replay, and t* must outlive the next verify)."""
+        run.append_calls += 1
+        with self.clock.phase("finalize", self.td):
+            return self._target(run.cursor[1:2].view(1, 1), run.cursor[2:3]).clone()
+
+    def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor):
+        """Accept and emit on the device. seq = [f, d1..dk], preds[i] = the target's token after
+        seq[i]: accepted a = leading matches of d with preds, the new f = preds[a], and the cursor
+        moves to f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
+        k = seq.numel() - 1
+        a = (seq[1:] == preds[:k]).long().cumprod(0).sum(0, keepdim=True)
+        f = preds.gather(0, a)
+        block = torch.cat([seq[1:], f]).scatter_(0, a, f)
+        run.out.index_copy_(0, run.n + self.ar[: k + 1], block)
+        if self.eos_id is not None:
+            run.eos |= ((block == self.eos_id) & (self.ar[: k + 1] <= a)).any(0, keepdim=True)
+        run.n += a + 1
+        index = len(run.rounds) - 1
+        run.accepted[index : index + 1] = a
+        run.cursor = torch.cat([seq.gather(0, a), f, run.cursor[2:3] + a + 1])
+        return a, f
+
+    def read(self, *values: torch.Tensor) -> list[int]:
+        """The round's one host sync: one packed read of small device values."""
+        return self.clock.read(torch.cat([v.view(-1).long() for v in values]))
+
+    def resolve(self, run: Run) -> None:
+        """End of a round: when the host cannot tell whether the generation is over (the ordinary
+        schedules learn the counter a round late; EOS may come anywhere), it reads the counter."""
+        if not run.certain and run.lo < run.max_new and (run.hi >= run.max_new or self.eos_id is not None):
+            run.known(*self.read(run.n, run.eos))

@@ -1,0 +1,121 @@
+"""Greedy LM heads for the draft: dense and FlashHead, with one interface.
+
+`head.argmax(hidden [..., d]) -> LongTensor [...]` stays on the device with no host sync and no
+data-dependent Python branching, so it can run inside CUDA-graph capture. Both heads pick the
+highest logit in the head's dtype and the lowest token id among exact ties, so a FlashHead that
+probes every cluster returns the dense head's token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from model import flashhead_triton
+from model.errors import UsageError
+from model.flashhead import Clustering
+
+_INDEX_BYTES = 8
+
+
+def _check_weight(weight: torch.Tensor) -> None:
+    if weight.dim() != 2:
+        raise UsageError(f"head weight must be [vocab, hidden], got shape {tuple(weight.shape)}")
+
+
+def _flat(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """hidden [..., d] -> [n, d] in the head's dtype (what the dense logits are computed in)."""
+    if hidden.shape[-1] != weight.shape[1]:
+        raise UsageError(f"hidden size {hidden.shape[-1]} does not match the head's {weight.shape[1]}")
+    return hidden.reshape(-1, weight.shape[1]).to(weight.dtype)
+
+
+class DenseHead:
+    """The full LM head: all V logits, then argmax (torch.argmax returns the first maximum)."""
+
+    backend = "torch"
+    work_ratio = 1.0
+
+    def __init__(self, weight: torch.Tensor):
+        _check_weight(weight)
+        self.weight = weight
+        self.vocab_size, self.hidden_size = weight.shape
+
+    def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(_flat(hidden, self.weight), self.weight).argmax(dim=-1).reshape(hidden.shape[:-1])
+
+    def bytes_per_call(self, rows: int = 1) -> int:
+        """Bytes a call must read: the whole head plus the hidden states (the bandwidth floor)."""
+        es = self.weight.element_size()
+        return self.vocab_size * self.hidden_size * es + rows * self.hidden_size * es
+
+
+class FlashHead:
+    """Greedy multi-probe FlashHead: score all c centroids, keep the top `probes` clusters, score
+    their probes * b tokens (and `always_tokens`) exactly, return the best.
+
+    backend: "triton" (fused stage 2, CUDA with triton) or "torch"; None picks triton when it can run.
+    Stage 1 (centroid GEMV in the head's dtype + topk) is cuBLAS + torch.topk on every backend.
+    """
+
+    def __init__(self, weight: torch.Tensor, clustering: Clustering, probes: int | None = None,
+                 always_tokens=(), backend: str | None = None):
+        _check_weight(weight)
+        vocab, d = weight.shape
+        if clustering.vocab_size != vocab or clustering.hidden_size != d:
+            raise UsageError(f"clustering is for a {clustering.vocab_size} x {clustering.hidden_size} head, "
+                             f"the weight is {vocab} x {d}")
+        c = clustering.clusters
+        probes = clustering.default_probes if probes is None else probes
+        if not 1 <= probes <= c:
+            raise UsageError(f"probes must be in [1, {c}] for {c} clusters, got {probes}")
+        always = sorted(set(int(t) for t in always_tokens))
+        if always and not (0 <= always[0] and always[-1] < vocab):
+            raise UsageError(f"always_tokens must be token ids in [0, {vocab - 1}], got {always}")
+        can_fuse = weight.is_cuda and flashhead_triton.AVAILABLE
+        if backend is None:
+            backend = "triton" if can_fuse else "torch"
+        if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
+            raise UsageError(f"backend {backend!r} is not usable here; choose from "
+                             f"{['triton', 'torch'] if can_fuse else ['torch']}")
+        self.weight = weight
+        self.vocab_size, self.hidden_size = vocab, d
+        self.clusters, self.cluster_size, self.probes = c, clustering.cluster_size, probes
+        self.backend = backend
+        self.centroids = clustering.centroids.to(device=weight.device, dtype=weight.dtype).contiguous()
+        self.members = clustering.members.to(device=weight.device, dtype=torch.long).contiguous()
+        self.always = torch.tensor(always, dtype=torch.long, device=weight.device)
+
+    @property
+    def scored_rows(self) -> int:
+        """Rows scored per hidden state: centroids, probed tokens, always-scored tokens."""
+        return self.clusters + self.probes * self.cluster_size + self.always.numel()
+
+    @property
+    def work_ratio(self) -> float:
+        """rho = (c + p*b + always) / V: scored rows relative to the dense head."""
+        return self.scored_rows / self.vocab_size
+
+    def bytes_per_call(self, rows: int = 1) -> int:
+        """Bytes a call must read: centroids once, then per hidden state its probed and always rows
+        with their ids (an upper bound for rows > 1, as probed clusters may overlap)."""
+        es = self.weight.element_size()
+        d = self.hidden_size
+        per_row = (self.probes * self.cluster_size + self.always.numel()) * (d * es + _INDEX_BYTES)
+        return self.clusters * d * es + rows * (per_row + d * es + self.probes * _INDEX_BYTES)
+
+    def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = _flat(hidden, self.weight)
+        cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
+        stage2 = flashhead_triton.stage2_argmax if self.backend == "triton" else flashhead_triton.stage2_reference
+        return stage2(h, cluster_ids, self.members, self.weight, self.always).reshape(hidden.shape[:-1])
+
+
+def flashhead_agreement(dense_head: DenseHead, flash_head: FlashHead, hidden_states: torch.Tensor,
+                        chunk: int = 256) -> float:
+    """Fraction of hidden states [..., d] where both heads pick the same token: r(p) at flash_head.probes.
+
+    Runs `chunk` states at a time: the torch path gathers probes * b rows per state."""
+    flat = hidden_states.reshape(-1, hidden_states.shape[-1])
+    same = sum(int((dense_head.argmax(part) == flash_head.argmax(part)).sum()) for part in flat.split(chunk))
+    return same / flat.shape[0]

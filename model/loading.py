@@ -1,0 +1,205 @@
+"""Builds a ready-to-run Transformer from a synthetic preset or a local Hugging Face checkpoint.
+
+Nothing is ever downloaded: a Hugging Face id is looked up in the local cache only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model.awq import AWQLinear
+from model.config import ModelConfig
+from model.early_exit import early_exit, split_spec
+from model.errors import UsageError
+from model.presets import PRESETS
+from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
+from model.transformer import GemmaRMSNorm, RMSNorm, Transformer
+
+DEFAULT_MAX_SEQ_LEN = 2048
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+_SYNTHETIC_WEIGHT_STD = 0.02
+
+
+@dataclass
+class Loaded:
+    """A model with its KV cache set up, its tokenizer, and what it is.
+
+    info: name, arch, weights ("synthetic" | "real"), dtype, quantization (None or e.g.
+    "awq-int4-g128"), kernel (the AWQ kernel that runs, or "dense"), tokenizer (its name).
+    """
+
+    model: Transformer
+    tokenizer: HFTokenizer | SyntheticTokenizer
+    info: dict
+
+
+def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
+               seed: int = 0, max_seq_len: int = DEFAULT_MAX_SEQ_LEN) -> Loaded:
+    """`spec` is a preset name (seeded random weights built directly on `device`), a local folder
+    with config.json and *.safetensors, or a Hugging Face id already in the local cache; any of
+    them followed by `#layers=N` gives its early-exit draft (the first N layers, final norm, head).
+    `dtype` defaults to float32 on the CPU and bfloat16 on CUDA. Bad input raises UsageError."""
+    device = parse_device(device)
+    dtype = parse_dtype(dtype, device)
+    if max_seq_len < 1:
+        raise UsageError(f"max_seq_len must be positive, got {max_seq_len}")
+    base, exit_layers = split_spec(spec)
+    if exit_layers is not None:  # `SPEC#layers=N`: the first N layers of SPEC (model/early_exit.py)
+        full = load_model(base, device, dtype, seed, max_seq_len=1)
+        draft = early_exit(full.model, exit_layers)
+        draft.setup_cache(max_seq_len)
+        return Loaded(draft, full.tokenizer, {**full.info, "name": spec, "early_exit_layers": exit_layers})
+    try:
+        if spec in PRESETS:
+            config = PRESETS[spec]
+            model = _empty_model(config, device, dtype)
+            _init_synthetic(model, seed)
+            tokenizer, weights = SyntheticTokenizer(config.vocab_size), "synthetic"
+        else:
+            folder = _resolve_checkpoint(spec)
+            config = ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
+            model = _empty_model(config, device, dtype)
+            _load_weights(model, folder)
+            tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
+        model.requires_grad_(False).eval()
+        model.setup_cache(max_seq_len)
+        kernel = _select_awq_kernels(model, dtype)
+    except torch.cuda.OutOfMemoryError as error:
+        raise UsageError(f"out of memory: {spec} in {_dtype_name(dtype)} with a {max_seq_len}-token cache "
+                         f"does not fit on {device}") from error
+    info = {
+        "name": spec,
+        "arch": config.arch,
+        "weights": weights,
+        "dtype": _dtype_name(dtype),
+        "quantization": f"awq-int4-g{config.awq_group_size}" if config.quant == "awq" else None,
+        "kernel": kernel,
+        "tokenizer": tokenizer.name,
+    }
+    return Loaded(model, tokenizer, info)
+
+
+def parse_device(device: str | torch.device) -> torch.device:
+    """A usable torch.device, or UsageError naming what is available."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UsageError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from None
+    if parsed.type == "cpu":
+        return parsed
+    if parsed.type != "cuda":
+        raise UsageError(f"unsupported device {device!r} (use cpu, cuda or cuda:N)")
+    count = torch.cuda.device_count()
+    index = parsed.index if parsed.index is not None else 0
+    if index >= count:
+        raise UsageError(f"device {device!r} is not available ({count} CUDA GPUs here)")
+    return torch.device("cuda", index)
+
+
+def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """float32 / bfloat16 / float16 (or fp32 / bf16 / fp16); the device's default when None."""
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    name = _dtype_name(dtype) if isinstance(dtype, torch.dtype) else _DTYPE_ALIASES.get(dtype, dtype)
+    if name not in DTYPES:
+        raise UsageError(f"unsupported dtype {dtype!r} (choices: {', '.join(DTYPES)})")
+    if DTYPES[name] is torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UsageError(f"bfloat16 is not supported on {device} (use float16)")
+    return DTYPES[name]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _empty_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> Transformer:
+    """The model's tensors allocated on `device`, uninitialized (built on meta: no wasted init)."""
+    with torch.device("meta"):
+        model = Transformer(config, dtype)
+    return model.to_empty(device=device)
+
+
+@torch.no_grad()
+def _init_synthetic(model: Transformer, seed: int) -> None:
+    """Seeded finite weights of realistic scale; timing depends only on shapes."""
+    generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, AWQLinear):
+            module.randomize_(generator, _SYNTHETIC_WEIGHT_STD)
+        elif isinstance(module, (RMSNorm, GemmaRMSNorm)):
+            module.reset_parameters()
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.normal_(0.0, _SYNTHETIC_WEIGHT_STD, generator=generator)
+
+
+def _resolve_checkpoint(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path
+        raise UsageError(f"checkpoint not found: {spec} has no config.json")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec, local_files_only=True))
+    except (HFValidationError, LocalEntryNotFoundError):
+        raise UsageError(
+            f"checkpoint not found: {spec!r} is not a preset, a folder with config.json, or a Hugging Face "
+            f"id in the local cache (presets: {', '.join(PRESETS)})"
+        ) from None
+
+
+def _checkpoint_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        names = sorted(path.name for path in folder.glob("*.safetensors"))
+    if not names:
+        raise UsageError(f"checkpoint {folder} has no *.safetensors weights")
+    return [folder / name for name in names]
+
+
+def _our_name(hf_name: str, tied: bool) -> str | None:
+    """Our state-dict name for a checkpoint tensor; None for tensors we recompute or share."""
+    if hf_name.endswith("rotary_emb.inv_freq") or (tied and hf_name == "lm_head.weight"):
+        return None
+    return hf_name.removeprefix("model.")
+
+
+@torch.no_grad()
+def _load_weights(model: Transformer, folder: Path) -> None:
+    """Copies every checkpoint tensor into the model (casting to its dtype); every weight must be present."""
+    from safetensors import safe_open
+
+    targets = model.state_dict()
+    missing = set(targets)
+    for file in _checkpoint_files(folder):
+        with safe_open(str(file), framework="pt", device="cpu") as reader:
+            for hf_name in reader.keys():
+                name = _our_name(hf_name, model.config.tie_word_embeddings)
+                if name is None:
+                    continue
+                if name not in targets:
+                    raise UsageError(f"unexpected weight {hf_name} in {file}")
+                tensor = reader.get_tensor(hf_name)
+                if tensor.shape != targets[name].shape:
+                    raise UsageError(f"weight {hf_name} in {file} has shape {tuple(tensor.shape)}, "
+                                     f"expected {tuple(targets[name].shape)}")
+                targets[name].copy_(tensor)
+                missing.discard(name)
+    if missing:
+        raise UsageError(f"checkpoint {folder} lacks {len(missing)} weights, e.g. {', '.join(sorted(missing)[:3])}")
+
+
+def _select_awq_kernels(model: Transformer, dtype: torch.dtype) -> str:
+    """Picks each AWQ layer's kernel now (before any graph capture); names the kernels in use."""
+    kernels = {module.select_kernel(dtype=dtype) for module in model.modules() if isinstance(module, AWQLinear)}
+    return "+".join(sorted(kernels)) if kernels else "dense"

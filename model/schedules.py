@@ -1,0 +1,104 @@
+"""The five schedules of DESIGN.md and docs/contracts.md, in the simulator's names and event order.
+
+Each function decodes one generation after its first token with the decoder's operations:
+`propose` / `lookahead` (draft_step x n), `to_target` / `to_draft` (copy_tokens), `read` (sync),
+`verify`, `append` and the cursor move of `settle` (finalize: the standalone append and the crop of
+both caches). They match `sim/schedules.py` function for function; the comments name the events.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def baseline(dec, run) -> None:
+    """verify(1) per token on the target device; tokens stay on the device until the end. The
+    forwards count as append calls, as the study's Table 4.9 and the simulator count them."""
+    while run.more():
+        dec.begin_round(run, proposed=0)
+        f = run.cursor[1:2]
+        dec.settle(run, f, dec.verify(run, f, run.cursor[2:3], standalone=True))  # verify(1)
+        run.issued(1, 1)
+        dec.resolve(run)
+
+
+def _ordinary_rounds(dec, run, pipelined: bool) -> None:
+    K = dec.K
+    while run.more():
+        host = dec.begin_round(run, proposed=K)
+        if run.tstar is None:
+            run.tstar = dec.append(run)  # the initial append(1) of the first token gives t*
+        drafts = dec.to_target(dec.propose(run))  # draft_step x K, copy_tokens
+        same, n, eos = dec.read(drafts[:1] == run.tstar, run.n, run.eos)  # sync: skip test d1 == t*
+        run.known(n, eos)
+        host.verify_skipped = not same
+        if host.verify_skipped:
+            preds = run.tstar.expand(K + 1)  # no verify: accepted 0, f = t*
+        else:
+            preds = torch.cat([run.tstar, dec.verify(run, drafts, run.cursor[2:3] + 1)])  # verify(K)
+        dec.settle(run, torch.cat([run.cursor[1:2], drafts]), preds)
+        if pipelined:  # finalize: f goes to the draft first, so its next steps need not wait for the append
+            dec.to_draft(run)
+            run.tstar = dec.append(run)
+        else:  # finalize: append(1), crop, copy_tokens of f to the draft device
+            run.tstar = dec.append(run)
+            dec.to_draft(run)
+        run.issued(1, 1 if host.verify_skipped else K + 1)
+        dec.resolve(run)
+
+
+def ordinary(dec, run) -> None:
+    """Draft K, skip test, verify K, standalone append of f before the next round drafts."""
+    _ordinary_rounds(dec, run, pipelined=False)
+
+
+def pipelined(dec, run) -> None:
+    """As ordinary, but the draft proposes round r+1 while the target appends round r's f."""
+    _ordinary_rounds(dec, run, pipelined=True)
+
+
+def _deferred_rounds(dec, run, lookahead: bool) -> None:
+    K = dec.K
+    block = block_d = None
+    while run.more():
+        host = dec.begin_round(run, proposed=K)
+        if block is None:
+            block_d = dec.propose(run)  # draft_step x K
+            block = dec.to_target(block_d)  # copy_tokens
+        seq = torch.cat([run.cursor[1:2], block])
+        preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
+        ahead = dec.lookahead(run, block_d) if lookahead else None  # draft_step x (K+1) during the verify
+        a, f = dec.settle(run, seq, preds)
+        packed = [run.n, run.eos]
+        if lookahead:
+            ahead_t = dec.to_target(ahead)  # copy_tokens
+            packed.append((a == K) & (f == ahead_t[:1]))  # whole block accepted and bonus == e1
+        n, eos, *used = dec.read(*packed)  # sync
+        run.known(n, eos)
+        used = bool(used and used[0])
+        host.lookahead_used = used if lookahead else None
+        if used:  # round r+1 verifies e2..e(K+1); the draft already stands past them
+            block_d, block = ahead[1:], ahead_t[1:]
+            run.cursor_d = run.cursor_d + dec.shift_d
+        else:  # copy_tokens of f: the draft drafts from f (its cache cropped there)
+            block = None
+            dec.to_draft(run)
+        dec.resolve(run)
+    if run.rounds:
+        dec.append(run)  # finalize: the generation's one standalone append(1)
+
+
+def deferred(dec, run) -> None:
+    """The round's final token opens the next verify ([f, d1..dK]); one append at the end."""
+    _deferred_rounds(dec, run, lookahead=False)
+
+
+def pipelined_deferred(dec, run) -> None:
+    """Deferred, and the draft keeps proposing during the verify as if the block is accepted."""
+    _deferred_rounds(dec, run, lookahead=True)
+
+
+SCHEDULES = {
+    "baseline": baseline, "ordinary": ordinary, "pipelined": pipelined,
+    "deferred": deferred, "pipelined-deferred": pipelined_deferred,
+}

@@ -1,0 +1,270 @@
+"""Our own Qwen3 / Gemma3 decoder (gpt-fast style) with a static KV cache that we own.
+
+Hugging Face's modeling code is not used at run time: a static cache indexed by device-side
+positions is what lets the speculative decoder run without host syncs and under CUDA graphs.
+Module and weight names follow Hugging Face's (minus the "model." prefix), so checkpoints map 1:1.
+Numerics follow Hugging Face's order of operations (norms in float32, RoPE tables cast to the
+activation dtype, Gemma's embedding scale rounded to the weight dtype) so float32 logits match.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.awq import AWQLinear
+from model.config import SLIDING, ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """Qwen3's RMSNorm: normalize in float32, cast back, then multiply by the weight."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma3's RMSNorm: scales by (1 + weight) in float32, then casts back."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim, dtype=dtype))
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).to(x.dtype)
+
+
+def _norm(config: ModelConfig, dim: int, dtype: torch.dtype | None) -> nn.Module:
+    norm = GemmaRMSNorm if config.arch == "gemma3" else RMSNorm
+    return norm(dim, config.rms_norm_eps, dtype)
+
+
+def _linear(config: ModelConfig, in_features: int, out_features: int, dtype: torch.dtype | None) -> nn.Module:
+    if config.quant == "awq":
+        return AWQLinear(in_features, out_features, config.awq_group_size)
+    return nn.Linear(in_features, out_features, bias=False, dtype=dtype)
+
+
+def rope_tables(theta: float, head_dim: int, max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_seq_len, head_dim] in float32, computed like Hugging Face's default RoPE (on
+    the CPU, so every device gets the same table)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu") / head_dim))
+    freqs = torch.arange(max_seq_len, device="cpu").float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _rope_name(table: str, sliding: bool) -> str:
+    return f"rope_{table}_{'sliding' if sliding else 'full'}"
+
+
+@functools.cache
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """`value` as `dtype` stores it (Gemma's embedding scale is applied in the weight dtype)."""
+    return torch.tensor(value, dtype=dtype, device="cpu").item()
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype | None):
+        super().__init__()
+        self.gate_proj = _linear(config, config.hidden_size, config.intermediate_size, dtype)
+        self.up_proj = _linear(config, config.hidden_size, config.intermediate_size, dtype)
+        self.down_proj = _linear(config, config.intermediate_size, config.hidden_size, dtype)
+        self.tanh_gelu = config.hidden_activation == "gelu_pytorch_tanh"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.gate_proj(x)
+        gate = F.gelu(gate, approximate="tanh") if self.tanh_gelu else F.silu(gate)
+        return self.down_proj(gate * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with per-head q/k RMSNorm, RoPE, and a static KV cache.
+
+    The cache [1, n_kv_heads, max_seq_len, head_dim] is indexed by absolute position. The query
+    heads that share a KV head are stacked along the query axis ([1, n_kv, group * n, head_dim]),
+    so SDPA reads the cache once per KV head instead of from a repeated copy.
+    """
+
+    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype | None):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.scale = config.attention_scale
+        self.sliding = config.layer_types[layer_idx] == SLIDING
+        self.q_proj = _linear(config, config.hidden_size, config.n_heads * config.head_dim, dtype)
+        self.k_proj = _linear(config, config.hidden_size, config.n_kv_heads * config.head_dim, dtype)
+        self.v_proj = _linear(config, config.hidden_size, config.n_kv_heads * config.head_dim, dtype)
+        self.o_proj = _linear(config, config.n_heads * config.head_dim, config.hidden_size, dtype)
+        self.q_norm = _norm(config, config.head_dim, dtype)
+        self.k_norm = _norm(config, config.head_dim, dtype)
+        self.register_buffer("k_cache", None, persistent=False)  # allocated by setup_cache
+        self.register_buffer("v_cache", None, persistent=False)
+
+    def setup_cache(self, max_seq_len: int, device: torch.device, dtype: torch.dtype) -> None:
+        shape = (1, self.n_kv_heads, max_seq_len, self.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+
+    def forward(self, x, pos, cos, sin, mask) -> torch.Tensor:
+        n = x.shape[1]
+        q = self.q_norm(self.q_proj(x).view(1, n, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(1, n, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(1, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        self.k_cache.index_copy_(2, pos, k.to(self.k_cache.dtype))
+        self.v_cache.index_copy_(2, pos, v.to(self.v_cache.dtype))
+        q = q.reshape(1, self.n_kv_heads, -1, self.head_dim)  # row r*n + i: head (kv*group + r), token i
+        out = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask, scale=self.scale)
+        out = out.reshape(1, self.n_heads, n, self.head_dim).transpose(1, 2).reshape(1, n, -1)
+        return self.o_proj(out)
+
+
+class Qwen3Block(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then h + mlp(norm(h))."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype | None):
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx, dtype)
+        self.mlp = MLP(config, dtype)
+        self.input_layernorm = _norm(config, config.hidden_size, dtype)
+        self.post_attention_layernorm = _norm(config, config.hidden_size, dtype)
+
+    def forward(self, x, pos, cos, sin, mask):
+        h = x + self.self_attn(self.input_layernorm(x), pos, cos, sin, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Gemma3Block(nn.Module):
+    """Sandwich-norm block: the attention and MLP outputs are normalized again before the residual."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype | None):
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx, dtype)
+        self.mlp = MLP(config, dtype)
+        self.input_layernorm = _norm(config, config.hidden_size, dtype)
+        self.post_attention_layernorm = _norm(config, config.hidden_size, dtype)
+        self.pre_feedforward_layernorm = _norm(config, config.hidden_size, dtype)
+        self.post_feedforward_layernorm = _norm(config, config.hidden_size, dtype)
+
+    def forward(self, x, pos, cos, sin, mask):
+        h = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), pos, cos, sin, mask))
+        return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h)))
+
+
+class Transformer(nn.Module):
+    """A decoder-only LM for batch size 1 whose KV cache is a static buffer indexed by position.
+
+    Cache and position contract (what the speculative decoder relies on):
+    - `setup_cache(max_seq_len)` allocates, per layer, K and V of [1, n_kv_heads, max_seq_len,
+      head_dim]; slot p holds the token at absolute position p. Positions run 0 .. max_seq_len-1.
+    - `forward_hidden(tokens, pos)` writes the new tokens' K/V at slots `pos`, then every query at
+      position p attends over the whole cache with the mask `slot <= p` (and `slot > p - window` in
+      Gemma's sliding layers). Slots below p must hold the tokens the caller means to precede p.
+    - Nothing else is state: slots above a query's position are masked, whatever they hold. So
+      "cropping" after a rejected speculation costs nothing: the caller writes the next tokens at
+      the right positions and the stale slots are overwritten or masked.
+    - `pos` is a device tensor: no `.item()`, no value-dependent Python branch, no value-dependent
+      shape. A call is CUDA-graph capturable, one graph per number of new tokens n.
+    """
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.config = config
+        block = Gemma3Block if config.arch == "gemma3" else Qwen3Block
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(block(config, i, dtype) for i in range(config.n_layers))
+        self.norm = _norm(config, config.hidden_size, dtype)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+        self.max_seq_len = 0
+        self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
+
+    def setup_cache(self, max_seq_len: int, device: torch.device | str | None = None,
+                    dtype: torch.dtype | None = None) -> None:
+        """Allocates zeroed K/V caches, RoPE tables and slot indices for positions < max_seq_len on
+        `device` in `dtype` (the model's, by default). Replaces any earlier cache, so graphs
+        captured before must be captured again."""
+        device = torch.device(device) if device is not None else self.embed_tokens.weight.device
+        dtype = dtype or self.embed_tokens.weight.dtype
+        for layer in self.layers:
+            layer.self_attn.setup_cache(max_seq_len, device, dtype)
+        self.register_buffer("slots", torch.arange(max_seq_len, device=device), persistent=False)
+        for sliding in self._layer_kinds:
+            theta = self.config.local_rope_theta if sliding else self.config.rope_theta
+            cos, sin = rope_tables(theta, self.config.head_dim, max_seq_len)
+            self.register_buffer(_rope_name("cos", sliding), cos.to(device, dtype), persistent=False)
+            self.register_buffer(_rope_name("sin", sliding), sin.to(device, dtype), persistent=False)
+        self.max_seq_len = max_seq_len
+
+    def _attention_inputs(self, pos: torch.Tensor, sliding: bool) -> tuple[torch.Tensor, ...]:
+        """(cos, sin, mask) for one kind of layer: RoPE rows [n, head_dim] of the positions, and the
+        boolean mask [group * n, max_seq_len] in Attention's stacked-query order."""
+        allowed = self.slots[None, :] <= pos[:, None]
+        if sliding:
+            allowed = allowed & (self.slots[None, :] > pos[:, None] - self.config.sliding_window)
+        group = self.config.n_heads // self.config.n_kv_heads
+        cos = getattr(self, _rope_name("cos", sliding))[pos]
+        sin = getattr(self, _rope_name("sin", sliding))[pos]
+        return cos, sin, allowed.repeat(group, 1)
+
+    def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """tokens LongTensor [1, n], pos LongTensor [n] (on the model's device) -> hidden states
+        [1, n, hidden] after the final norm. Writes the tokens' K/V at slots `pos`; see the class
+        docstring for the cache contract."""
+        if self.max_seq_len == 0:
+            raise RuntimeError("call setup_cache() before forward_hidden()")
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or pos.shape != (tokens.shape[1],):
+            raise ValueError(f"expected tokens [1, n] and pos [n], got {tuple(tokens.shape)} and {tuple(pos.shape)}")
+        attention_inputs = {sliding: self._attention_inputs(pos, sliding) for sliding in self._layer_kinds}
+        x = self.embed_tokens(tokens)
+        if self.config.arch == "gemma3":
+            x = x * _rounded(self.config.hidden_size**0.5, x.dtype)
+        for layer in self.layers:
+            x = layer(x, pos, *attention_inputs[layer.self_attn.sliding])
+        return self.norm(x)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """LM head [vocab, hidden]: the embedding table when tied."""
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., hidden] -> [..., vocab] (Gemma3 has no final logit softcapping; configs with one are rejected)."""
+        return F.linear(hidden, self.head_weight)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.forward_hidden(tokens, pos))
+
+    def body_parameters_bytes(self) -> int:
+        """Bytes of weights one forward streams without the head: the layers and the final norm.
+        The embedding table is left out (a step reads only its tokens' rows)."""
+        tensors = [*self.layers.state_dict().values(), *self.norm.state_dict().values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def head_bytes(self) -> int:
+        return self.head_weight.numel() * self.head_weight.element_size()

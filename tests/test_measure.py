@@ -1,0 +1,80 @@
+"""The whole measure path on CPU with tiny models: contract, sane costs, bad input."""
+import json
+import math
+
+import pytest
+
+from measure.__main__ import main
+from sim.profile import Profile
+
+TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--contexts", "16,48",
+        "--prompt-lengths", "8,24", "--k-max", "3", "--reps", "3", "--warmup", "1", "--prompts", "per-category:1",
+        "--agreement-max-len", "24", "--probes", "1,2,8,32"]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile") / "tiny.json"
+    assert main(TINY + ["--out", str(out)]) == 0
+    return out
+
+
+def _timings(node):
+    if isinstance(node, dict):
+        if "median_ms" in node:
+            yield node
+        for value in node.values():
+            yield from _timings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _timings(value)
+
+
+def test_profile_meets_the_contract_sim_reads(measured):
+    raw = json.loads(measured.read_text())
+    profile = Profile(raw, str(measured))  # the simulator's own validation
+    assert profile.placement == "cpu" and set(profile.costs) == {"eager"}
+    assert raw["setup"]["target"]["weights"] == "synthetic" and "SYNTHETIC" in raw["notes"][0]
+    forward = raw["regimes"]["eager"]["target"]["forward_ms"]["points"]
+    assert sorted({p["n_tokens"] for p in forward}) == [1, 2, 3, 4, 5]
+    assert [p["probes"] for p in raw["regimes"]["eager"]["draft"]["head_flashhead_ms"]["points"]] == [1, 2, 8, 32]
+    agreement = raw["flashhead"]["agreement"]
+    assert agreement["probes"] == [1, 2, 8, 32] and agreement["synthetic"] is True
+    assert agreement["r"][-1] == 1.0  # 32 probes of 32 clusters is the dense head
+    assert agreement["n"] > 0 and len(agreement["per_category"]) == 13
+
+
+def test_every_cost_is_positive_and_finite(measured):
+    raw = json.loads(measured.read_text())
+    timings = list(_timings(raw["regimes"]))
+    assert len(timings) > 20
+    for t in timings:
+        for key in ("median_ms", "p10_ms", "p90_ms"):
+            assert math.isfinite(t[key]) and t[key] > 0
+        assert t["p10_ms"] <= t["median_ms"] <= t["p90_ms"] and t["n"] >= 3
+
+
+def test_summary_beside_the_profile(measured):
+    summary = measured.with_suffix(".md").read_text()
+    assert "python -m measure" in summary and "SYNTHETIC" in summary and "agreement r(p)" in summary
+
+
+def test_sim_runs_on_the_measured_profile(measured, capsys):
+    from sim.__main__ import main as sim_main
+    assert sim_main(["--profile", str(measured), "--acceptance", "0.5", "--no-ceiling", "--what-if", "probes=2"]) == 0
+    assert "tiny-qwen3 (synthetic)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--k-max", "0"], "--k-max must be at least 1"),
+    (["--probes", "1,999"], "exceed the 32 clusters"),
+    (["--placement", "two-gpu"], "no GPU"),
+    (["--target", "no-such-model"], "not found"),
+    (["--graphs", "on"], "needs a GPU"),
+])
+def test_bad_input_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
+    out = tmp_path / "p.json"
+    assert main(TINY + extra + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().count("\n") == 0
+    assert not out.exists() and not out.with_suffix(".md").exists()

@@ -1,0 +1,184 @@
+"""Our decoder against Hugging Face's on tiny random checkpoints, and the static-cache contract.
+
+The reference is Hugging Face's full forward over the whole sequence (no cache); ours runs a
+prefill, single-token steps, multi-token verify-like chunks, and rewinds over stale slots.
+"""
+
+import pytest
+import torch
+
+from model.graphs import GraphedCall
+from model.loading import load_model
+
+VOCAB = 320  # the synthetic byte tokenizer stands in for missing tokenizer files: >= 256
+transformers = pytest.importorskip("transformers")
+
+
+def _randomize(hf_model, seed: int) -> None:
+    """Weights of std 0.1 and norm weights away from their init, so a mismatch cannot hide."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in hf_model.parameters():
+            if param.dim() == 1:
+                param.add_(0.2 * torch.randn(param.shape, generator=generator))
+            else:
+                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+
+
+def _save(config, folder, seed: int, **save_kwargs):
+    hf_model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    _randomize(hf_model, seed)
+    hf_model.eval().save_pretrained(folder, **save_kwargs)
+    return hf_model
+
+
+@pytest.fixture(scope="module")
+def qwen3_checkpoint(tmp_path_factory):
+    """Untied Qwen3 with GQA, saved in 3+ shards with an index json."""
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+    )
+    folder = tmp_path_factory.mktemp("qwen3")
+    return _save(config, folder, seed=1, max_shard_size="100KB"), folder
+
+
+@pytest.fixture(scope="module")
+def gemma3_checkpoint(tmp_path_factory):
+    """Tied Gemma3 with sliding-window layers (window 6) and a full layer, distinct RoPE bases and
+    a query_pre_attn_scalar unlike head_dim."""
+    config = transformers.Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=6,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        query_pre_attn_scalar=24, max_position_embeddings=64,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+    )
+    folder = tmp_path_factory.mktemp("gemma3")
+    return _save(config, folder, seed=2), folder
+
+
+def _reference_logits(hf_model, tokens):
+    with torch.no_grad():
+        return hf_model(tokens).logits[0]
+
+
+def _step(model, tokens, start, end):
+    """Our logits for tokens[start:end] written at positions start..end-1."""
+    return model(tokens[:, start:end], torch.arange(start, end))[0]
+
+
+def _close(got, want):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint"])
+def test_prefill_decode_and_verify_chunks_match_hugging_face(checkpoint, request):
+    hf_model, folder = request.getfixturevalue(checkpoint)
+    tokens = torch.randint(0, VOCAB, (1, 24), generator=torch.Generator().manual_seed(3))
+    want = _reference_logits(hf_model, tokens)
+    model = load_model(str(folder), max_seq_len=32).model
+
+    _close(_step(model, tokens, 0, 10), want[:10])  # prefill, longer than Gemma's window
+    for p in range(10, 14):  # one token at a time
+        _close(_step(model, tokens, p, p + 1), want[p:p + 1])
+    _close(_step(model, tokens, 14, 19), want[14:19])  # a verify-like chunk
+    _close(_step(model, tokens, 19, 24), want[19:24])
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint"])
+def test_rewind_over_stale_slots_equals_a_fresh_run(checkpoint, request):
+    """After a rejected speculation the caller just writes the right tokens at the right positions;
+    stale slots beyond them are masked by position, so results are bit-identical to a clean run."""
+    hf_model, folder = request.getfixturevalue(checkpoint)
+    tokens = torch.randint(0, VOCAB, (1, 20), generator=torch.Generator().manual_seed(4))
+    rejected = torch.randint(0, VOCAB, (1, 20), generator=torch.Generator().manual_seed(5))
+    want = _reference_logits(hf_model, tokens)
+
+    fresh = load_model(str(folder), max_seq_len=32).model
+    _step(fresh, tokens, 0, 12)
+    fresh_logits = [_step(fresh, tokens, 12, 13), _step(fresh, tokens, 13, 16)]
+
+    model = load_model(str(folder), max_seq_len=32).model
+    _step(model, tokens, 0, 12)
+    _step(model, rejected, 12, 18)  # a speculation, all of it rejected later: slots 12..17 now stale
+    rewound_logits = [_step(model, tokens, 12, 13), _step(model, tokens, 13, 16)]  # slots 16, 17 stay stale
+
+    for got, clean in zip(rewound_logits, fresh_logits):
+        assert torch.equal(got, clean)
+    _close(torch.cat(rewound_logits), want[12:16])
+
+
+def test_sliding_window_limits_what_a_gemma3_local_layer_sees(gemma3_checkpoint):
+    """Changing a token further back than every window changes only what the full layer sees; a
+    model whose full layer is dropped must then be blind to it."""
+    _, folder = gemma3_checkpoint
+    model = load_model(str(folder), max_seq_len=32).model
+    model.layers = model.layers[:2]  # only the two sliding-window layers (window 6)
+    tokens = torch.randint(0, VOCAB, (1, 16), generator=torch.Generator().manual_seed(6))
+    edited = tokens.clone()
+    edited[0, 0] = (tokens[0, 0] + 1) % VOCAB
+    last = _step(model, tokens, 0, 16)[-1]
+    assert torch.equal(_step(model, edited, 0, 16)[-1], last)  # position 15 sees 10..15 only
+    assert not torch.equal(_step(model, edited, 0, 16)[5], _step(model, tokens, 0, 16)[5])
+
+
+def test_positions_are_device_tensors_and_any_order_of_calls_is_position_exact():
+    """The same tokens at the same positions give the same logits however the calls are cut."""
+    model = load_model("tiny-qwen3", max_seq_len=16).model
+    tokens = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(7))
+    whole = _step(model, tokens, 0, 12)
+    _step(model, tokens, 0, 5)
+    pieces = torch.cat([_step(model, tokens, 5, 8), _step(model, tokens, 8, 9), _step(model, tokens, 9, 12)])
+    torch.testing.assert_close(pieces, whole[5:], rtol=1e-5, atol=1e-5)
+
+
+def test_head_and_body_byte_counts():
+    model = load_model("tiny-qwen3", max_seq_len=8).model
+    config = model.config
+    assert model.head_weight.shape == (config.vocab_size, config.hidden_size)
+    assert model.head_bytes() == config.vocab_size * config.hidden_size * 4
+    layer_params = sum(p.numel() for p in model.layers.parameters()) + config.hidden_size
+    assert model.body_parameters_bytes() == layer_params * 4  # float32, caches not counted
+    tied = load_model("tiny-qwen3-draft", max_seq_len=8).model
+    assert tied.head_weight is tied.embed_tokens.weight
+
+
+def test_forward_hidden_rejects_bad_shapes_and_missing_cache():
+    model = load_model("tiny-qwen3", max_seq_len=8).model
+    with pytest.raises(ValueError):
+        model.forward_hidden(torch.zeros(1, 3, dtype=torch.long), torch.arange(2))
+    from model.presets import PRESETS
+    from model.transformer import Transformer
+
+    with pytest.raises(RuntimeError, match="setup_cache"):
+        Transformer(PRESETS["tiny-qwen3"]).forward_hidden(torch.zeros(1, 1, dtype=torch.long), torch.arange(1))
+
+
+def test_graphed_call_is_eager_on_cpu():
+    calls = []
+
+    def double(x):
+        calls.append(x)
+        return 2 * x
+
+    graphed = GraphedCall(double)
+    assert torch.equal(graphed(torch.ones(3)), 2 * torch.ones(3))
+    assert len(calls) == 1 and graphed.captured == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_forward_equals_eager_on_cuda():
+    eager = load_model("tiny-qwen3", device="cuda", dtype="float32", max_seq_len=32).model
+    graphed_model = load_model("tiny-qwen3", device="cuda", dtype="float32", max_seq_len=32).model
+    graphed = GraphedCall(graphed_model.forward)
+    tokens = torch.randint(0, 512, (1, 20), device="cuda", generator=torch.Generator("cuda").manual_seed(8))
+    positions = torch.arange(20, device="cuda")
+    for start, end in [(0, 8), (8, 9), (9, 12), (12, 13), (13, 16), (16, 17)]:
+        want = eager(tokens[:, start:end], positions[start:end])
+        got = graphed(tokens[:, start:end], positions[start:end]).clone()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert graphed.captured == 3  # shapes n = 8, 1, 3

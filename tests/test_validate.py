@@ -1,0 +1,139 @@
+"""python -m validate on tiny models (CPU): the whole pipeline, its atomic output, the closed form by
+hand, and bad input. Timings are never asserted; only that every number exists and agrees in kind."""
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from model.trace import check_trace_line, read_summary
+from sim.profile import Profile
+from tests.sim_fixtures import tiny_profile, trace_lines
+from validate import pipeline
+from validate.__main__ import main
+from validate.closed_form import closed_form
+
+TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--prompts", "81,111,141",
+        "--n-prompts", "2", "--max-new-tokens", "8"]
+MEASURE = ["--measure", "--measure-args", "--reps 2 --warmup 1 --agreement-max-len 8 --prompts first:1 --probes 1,32"]
+
+
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("validation") / "report"
+    assert main(TINY + MEASURE + ["--K", "2", "--acceptance", "a=0.5", "--out", str(out)]) == 0
+    return out
+
+
+def test_every_configuration_is_measured_predicted_and_compared(validated):
+    rows = list(csv.DictReader((validated / "results.csv").open()))
+    names = [r["configuration"] for r in rows]
+    assert names[0] == "baseline" and len(names) == 9  # baseline + 4 schedules x 2 heads
+    assert {r["schedule"] for r in rows} == {"baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred"}
+    for r in rows:
+        for key in ("measured_tok_s", "predicted_tok_s", "error", "closed_form_tok_s", "closed_form_error"):
+            assert math.isfinite(float(r[key])), (r["configuration"], key)
+        assert float(r["measured_tok_s"]) > 0 and float(r["predicted_tok_s"]) > 0
+        if r["schedule"] != "baseline":  # the trace replays exactly: the same target calls
+            assert r["measured_verify_calls"] == r["predicted_verify_calls"]
+            assert r["measured_append_calls"] == r["predicted_append_calls"]
+
+
+def test_report_files_and_traces_meet_the_contract(validated):
+    for name in ("report.md", "results.csv", "scatter.png", "phases.png", "profile.json"):
+        assert (validated / name).stat().st_size > 0
+    report = (validated / "report.md").read_text()
+    assert "**Weights: SYNTHETIC**" in report and "python -m validate" in report and "median absolute error" in report
+    Profile(json.loads((validated / "profile.json").read_text()), "measured")  # what the simulator read
+    traces = sorted((validated / "traces").glob("*.trace.jsonl"))
+    assert len(traces) == 9
+    for trace in traces:
+        lines = [json.loads(x) for x in trace.read_text().splitlines()]
+        for line in lines:
+            check_trace_line(line, str(trace))
+            assert "phases_ms" in line and "probes" in line
+        summary = read_summary(trace.with_name(trace.name.replace(".trace.jsonl", ".summary.json")))
+        assert summary["decode_tokens"] == sum(line["emitted"] for line in lines) == 2 * 7
+    assert not list(validated.parent.glob(".*"))  # no staging folder left behind
+
+
+def test_a_failure_midway_leaves_no_output(validated, tmp_path, monkeypatch):
+    calls = []
+
+    def fail_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return predict(*args, **kwargs)
+
+    predict = pipeline.predict
+    monkeypatch.setattr(pipeline, "predict", fail_on_second)
+    out = tmp_path / "nested" / "report"
+    with pytest.raises(RuntimeError, match="injected"):
+        main(TINY + ["--profile", str(validated / "profile.json"), "--schedules", "baseline,ordinary",
+                     "--heads", "dense", "--K", "2", "--n-prompts", "1", "--out", str(out)])
+    assert len(calls) == 2 and not out.exists() and not (tmp_path / "nested").exists()
+
+
+def test_closed_form_equals_a_hand_computation():
+    costs = Profile(tiny_profile("two-gpu", round_bookkeeping_ms=0.3), "test").costs["eager"]
+    lines = trace_lines([2, 0, 1], K=2)  # contexts 9, 12, 13; emitted 3, 1, 2
+    # target forward 10 + n ms (one context point), body 2, dense head 1, FlashHead 0.25 + p/100,
+    # item 0.1, copy 0.2 (two per round on two GPUs), bookkeeping 0.3
+    ordinary = closed_form(costs, "ordinary", "dense", 2, None, "two-gpu", lines)
+    assert ordinary.E_R == pytest.approx(2.0) and ordinary.context == pytest.approx(34 / 3)
+    assert (ordinary.T_p, ordinary.T_q, ordinary.T_o) == pytest.approx((12.0, 3.0, 11.0 + 0.1 + 0.3 + 0.4))
+    assert ordinary.tpot_ms == pytest.approx((12 + 2 * 3 + 11.8) / 2)
+    assert ordinary.tok_s == pytest.approx(1000 / 14.9)
+    deferred = closed_form(costs, "deferred", "flashhead", 2, 4, "one-gpu", lines)
+    assert (deferred.T_p, deferred.T_q, deferred.T_o) == pytest.approx((13.0, 2.29, 0.4))
+    assert deferred.tpot_ms == pytest.approx((13 + 2 * 2.29 + 0.4) / 2)
+    baseline = closed_form(costs, "baseline", "dense", 0, None, "one-gpu", lines)
+    assert baseline.tpot_ms == pytest.approx(11.0)
+
+
+def _one_line_exit_2(args, capsys, message, out):
+    assert main(args + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and message in err
+    assert not out.exists() and not out.parent.exists()
+
+
+BAD = [
+    (["--schedules", "eager", "--measure"], "unknown schedule"),
+    (["--heads", "sparse", "--measure"], "unknown head"),
+    (["--K", "0", "--measure"], "--K must be >= 1"),
+    (["--K", "two", "--measure"], "comma-separated integers"),
+    (["--profile", "/nonexistent/profile.json"], "profile not found"),
+    ([], "--profile PATH"),
+    (["--measure", "--acceptance", "a=2"], "bad acceptance control"),
+    (["--measure", "--prompts", "poetry"], "unknown prompt selection"),
+    (["--measure", "--target", "no-such-model"], "checkpoint not found"),
+    (["--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),
+    (["--measure", "--graphs", "on"], "needs a GPU placement"),
+    (["--peers", "--K", "2,4"], "one K"),
+    (["--peers", "--schedule", "baseline"], "unknown schedule"),
+    (["--peers", "--target", "tiny-qwen3-awq"], "unquantized target"),
+]
+
+
+@pytest.mark.parametrize("extra, message", BAD, ids=[" ".join(a) or "no profile" for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
+    _one_line_exit_2(TINY + extra, capsys, message, tmp_path / "new" / "report")
+
+
+def test_no_gpu_for_a_gpu_placement(tmp_path, capsys):
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has two GPUs")
+    args = [a if a != "cpu" else "two-gpu" for a in TINY] + ["--measure"]
+    _one_line_exit_2(args, capsys, "no GPU", tmp_path / "new" / "report")
+
+
+def test_profile_from_another_placement_is_refused(tmp_path, capsys):
+    profile = tmp_path / "one-gpu.json"
+    profile.write_text(json.dumps(tiny_profile("one-gpu")))
+    out = tmp_path / "new" / "report"
+    _one_line_exit_2(TINY + ["--profile", str(profile)], capsys, "measured on placement one-gpu", out)

@@ -1,0 +1,122 @@
+"""python -m validate: real end-to-end runs against the simulator's predictions (and, with --peers,
+side by side with Hugging Face's own generation on the same weights)."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+import torch
+
+from model.errors import UsageError
+from sim.errors import SimInputError
+
+from . import peers, pipeline
+
+EPILOG = """\
+what a validation run does (default):
+  For every configuration of the matrix (--schedules x --heads x --K, the baseline once) it runs the
+  real decoder over the prompts (a warm-up generation first, not recorded), writes the trace and run
+  summary, then runs the simulator on the same profile with that very trace (same schedule, head, K,
+  probes, placement, regime) and the study's closed form TPOT = (T_p(K) + K*T_q + T_o) / E[R] on the
+  same inputs; error = (predicted - measured) / measured decode tok/s. The report (report.md,
+  results.csv, scatter.png, phases.png, traces/) appears all at once when everything succeeded.
+
+--peers:
+  Hugging Face generate (greedy) and assisted generation (same draft, K proposals a round), built over
+  our own weight tensors, against ours in baseline and in one schedule (--schedule, or the fastest in a
+  short trial) with each head; interleaved, warmed up, medians over prompts; outputs checked against
+  our target's greedy output. Writes peers.md and peers.csv.
+
+acceptance (--acceptance):
+  a=0.43 | pattern=1,0,1   acceptance control for synthetic weights: the draft runs its real body and
+                           head, its proposal follows the pattern against the target's greedy output
+  none                     the draft's own proposals (real checkpoints; near zero for random weights)
+
+examples:
+  python -m validate --target qwen3-32b-awq --draft qwen3-0.6b --placement two-gpu --measure \\
+      --K 2,4,6,8 --n-prompts 8 --max-new-tokens 64
+  python -m validate --profile reports/profile.json --schedules ordinary,deferred --heads dense --K 6
+  python -m validate --peers --target qwen3-32b --draft qwen3-0.6b --placement one-gpu
+  python -m validate --target tiny-qwen3 --draft tiny-qwen3-draft --placement cpu --measure \\
+      --measure-args "--reps 5" --K 2,4 --n-prompts 2 --max-new-tokens 16
+"""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes get the same one-line error and exit code 2 as every other bad input."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see python -m validate --help)\n")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = OneLineParser(prog="python -m validate", description=__doc__, epilog=EPILOG,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default=None, metavar="PATH",
+                   help="cost profile (python -m measure) the simulator reads; "
+                   "it must be measured on the same placement, with the regime of --graphs")
+    p.add_argument("--measure", action="store_true",
+                   help="measure the profile now (same models, placement, regime; contexts covering the prompts) "
+                        "into the output folder, after the real runs so they never share the GPU")
+    p.add_argument("--measure-args", default="", metavar="ARGS",
+                   help="extra options for python -m measure with --measure, e.g. '--reps 10' (they override ours)")
+    p.add_argument("--target", default="qwen3-32b-awq",
+                   help="target preset or checkpoint folder (default qwen3-32b-awq)")
+    p.add_argument("--draft", default="qwen3-0.6b", help="draft preset or checkpoint folder (default qwen3-0.6b)")
+    p.add_argument("--schedules", default="all", help="baseline, ordinary, pipelined, deferred, pipelined-deferred: "
+                   "comma-separated, or all (default)")
+    p.add_argument("--heads", default="dense,flashhead", help="draft heads: dense, flashhead or both (default)")
+    p.add_argument("--K", default="6", help="draft tokens per round, comma-separated for a sweep (default 6; "
+                   "--peers takes one)")
+    p.add_argument("--probes", type=int, default=None, help="FlashHead probes (default: clusters / 16)")
+    p.add_argument("--clustering", default=None, metavar="DIR", help="FlashHead assets to load (default: build them "
+                   "from the draft's head, seeded, as python -m measure does)")
+    p.add_argument("--acceptance", default=None, metavar="SPEC",
+                   help="acceptance control (see below); default a=0.43 with synthetic weights (with --peers: "
+                        "for reference rows beside the uncontrolled ones), none with real ones")
+    p.add_argument("--prompts", default="per-category:1", help="Spec-Bench selection: first:N, per-category:N, or "
+                   "categories / question ids, comma-separated (default per-category:1)")
+    p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: shared/data/spec_bench)")
+    p.add_argument("--n-prompts", type=int, default=8, help="use at most this many prompts, spread evenly over the "
+                   "selection (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included "
+                   "(default 64)")
+    p.add_argument("--placement", default=None, help="two-gpu, one-gpu or cpu (default: two-gpu with 2 GPUs, "
+                   "one-gpu with 1, else cpu)")
+    p.add_argument("--graphs", default=None, choices=["on", "off"], help="CUDA graphs for our decoder (default on "
+                   "GPU, off on CPU); the simulator reads the profile's matching regime")
+    p.add_argument("--dtype", default=None,
+                   help="float32, bfloat16 or float16 (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights, clustering, acceptance control")
+    p.add_argument("--warmup", type=int, default=1, help="untimed generations before each configuration / system "
+                   "(default 1)")
+    p.add_argument("--out", default=None, metavar="DIR", help="report folder (default reports/validation/"
+                   "<placement>-<gpu>-<date>, with --peers reports/peers/...)")
+    p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
+    p.add_argument("--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a "
+                   "short trial)")
+    args = p.parse_args(argv)
+    args.command = "python -m validate " + shlex.join(argv)
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parse_args(argv)
+        (peers if args.peers else pipeline).run(args)
+        return 0
+    except SystemExit as stop:  # --help, or a usage error already printed as one line (ours or measure's)
+        return stop.code
+    except (UsageError, SimInputError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except torch.cuda.OutOfMemoryError:
+        print("error: out of GPU memory (try fewer or shorter prompts, fewer tokens, or another placement)",
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

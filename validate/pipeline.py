@@ -1,0 +1,168 @@
+"""Issue A: run every configuration for real, then predict each from the same profile and its own trace.
+
+Order: check every input; decode all configurations (one decoder per (K, head), warm-up first); free
+the models; with --measure, measure the profile now (so both never share the GPU) with contexts that
+cover the prompts; predict; write the report. Everything lands in a staged folder renamed at the end.
+"""
+from __future__ import annotations
+
+import itertools
+import shlex
+import sys
+from pathlib import Path
+from unittest import mock
+
+from measure import __main__ as measure_cli
+from model.errors import UsageError
+from model.trace import write_summary, write_trace
+from sim.scenario import GRAPHS
+
+from . import report
+from .closed_form import closed_form
+from .plan import (check_acceptance, check_out, check_profile, choose_prompts, default_out, devices, graphs_on,
+                   matrix, parse_heads, parse_ks, parse_schedules)
+from .predict import phase_rows, predict
+from .runs import control_for, decode, decoder, free_memory, load_pair, progress, records, references, run_config_dict
+from .staging import staged
+
+
+def measure_argv(args, placement: str, graphs: bool, k_max: int, contexts, prompt_lengths, out: Path) -> list[str]:
+    """python -m measure's options for the same models, placement and regime; --measure-args last (they win)."""
+    argv = ["--target", args.target, "--draft", args.draft, "--placement", placement,
+            "--graphs", "on" if graphs else "off", "--k-max", str(k_max), "--contexts", ",".join(map(str, contexts)),
+            "--prompt-lengths", ",".join(map(str, prompt_lengths)), "--seed", str(args.seed), "--out", str(out)]
+    argv += ["--dtype", args.dtype] if args.dtype else []
+    argv += ["--clustering", args.clustering] if args.clustering else []
+    argv += ["--prompts-file", args.prompts_file] if args.prompts_file else []
+    return argv + shlex.split(args.measure_args)
+
+
+def _measure(argv: list[str]) -> None:
+    """python -m measure in this process; the profile's summary records the command as if run alone."""
+    with mock.patch.object(sys, "argv", ["measure", *argv]):
+        measure_cli.run(measure_cli.parse_args(argv))
+
+
+def _check_numbers(args, heads) -> None:
+    if args.max_new_tokens < 2:
+        raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if "flashhead" not in heads and (args.probes is not None or args.clustering):
+        raise UsageError("--probes and --clustering apply to the flashhead head only")
+    if bool(args.profile) == bool(args.measure):
+        raise UsageError("give a cost profile: --profile PATH (from python -m measure), or --measure to measure one")
+
+
+def run(args) -> Path:
+    schedules, heads, ks = parse_schedules(args.schedules), parse_heads(args.heads), parse_ks(args.K)
+    configs = matrix(schedules, heads, ks)
+    _check_numbers(args, heads)
+    placement, td, dd = devices(args.placement)
+    graphs = graphs_on(args.graphs, td)
+    k_max = max(ks)
+    if args.profile:
+        check_profile(args.profile, placement, graphs)
+    else:
+        measure_cli.parse_args(measure_argv(args, placement, graphs, k_max, [1], [1], Path("profile.json")))
+    check_acceptance(args.acceptance)
+    prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
+    out = Path(args.out) if args.out else default_out("validation", placement, td)
+    check_out(out)
+    reference_len = args.max_new_tokens + 2 * k_max + 2
+    pair = load_pair(args.target, args.draft, td, dd, args.dtype, args.seed, prompts, reference_len, k_max,
+                     args.clustering, "flashhead" in heads)
+    control = control_for(pair, args.acceptance, dd, args.seed)
+    if "flashhead" in heads:
+        pair.head("flashhead", args.probes)  # bad probes fail here, before any run
+    lengths = [len(x) for x in pair.ids]
+    meta = _meta(args, pair, placement, graphs, control, prompts)
+
+    with staged(out) as folder:
+        (folder / "traces").mkdir()
+        recorded = _decode_all(args, pair, configs, control, placement, graphs, reference_len, folder, ks[0])
+        del pair, control
+        free_memory()
+        profile_path = args.profile
+        if args.measure:
+            contexts = sorted({min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * k_max})
+            profile_path = folder / "profile.json"
+            _measure(measure_argv(args, placement, graphs, k_max, contexts, sorted({min(lengths), max(lengths)}),
+                                  profile_path))
+        profile = check_profile(str(profile_path), placement, graphs)
+        results, notes = _predict_all(recorded, profile_path, profile, placement, graphs, folder)
+        notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
+        meta.update(_profile_meta(profile, args, pair_names=(args.target, args.draft)), notes=notes,
+                    profile="profile.json" if args.measure else args.profile, measured_here=bool(args.measure))
+        report.write(folder, results, meta)
+    print(report.stdout_table(results))
+    summary = report.errors_summary(results)
+    print(f"simulator |error|: median {100 * summary['simulator'][0]:.1f}%, max {100 * summary['simulator'][1]:.1f}%; "
+          f"closed form: median {100 * summary['closed_form'][0]:.1f}%, max {100 * summary['closed_form'][1]:.1f}%")
+    print(f"wrote {out}/report.md, results.csv, scatter.png, phases.png, traces/")
+    return out
+
+
+def _predict_all(recorded, profile_path, profile, placement: str, graphs: bool, folder: Path):
+    """Simulator and closed form for every recorded configuration; (results, the simulator's notes)."""
+    costs = profile.costs[GRAPHS["on" if graphs else "off"]]
+    results, notes = [], []
+    for config, probes, lines, summary in recorded:
+        trace = folder / "traces" / f"{config.name}.trace.jsonl"
+        predicted, sim_notes = predict(profile_path, trace, lines, config, probes, placement, graphs)
+        notes += [n for n in sim_notes if n not in notes]
+        closed = closed_form(costs, config.schedule, config.head, config.K, probes, placement, lines)
+        results.append(report.Result(config, probes, summary, predicted, closed, phase_rows(summary, predicted),
+                                     str(trace.relative_to(folder))))
+    return results, notes
+
+
+def _decode_all(args, pair, configs, control, placement, graphs, reference_len, folder: Path, first_K: int) -> list:
+    """Every configuration over every prompt; writes its trace and summary; returns what prediction needs."""
+    recorded, refs = [], None
+    total = len(configs) * (len(pair.prompts) + args.warmup) + (len(pair.prompts) if control else 0)
+    with progress(total, "validate") as bar:
+        for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
+            head = pair.head(head_kind, args.probes)
+            dec = decoder(pair, head, K or first_K, graphs, control)
+            if control is not None and refs is None:
+                bar.set_postfix_str("target references")
+                refs = references(dec, pair, reference_len)
+                bar.update(len(pair.prompts))
+            for config in group:
+                probes = head.probes if config.head == "flashhead" else None
+                runs = decode(dec, pair, config.schedule, args.max_new_tokens, control, refs, args.warmup,
+                              bar=bar, label=config.name)
+                lines, summary = records(runs, config, probes, run_config_dict(
+                    pair, config, probes, placement, dec.graphs, args.max_new_tokens, control))
+                write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
+                write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
+                recorded.append((config, probes, lines, summary))
+            del dec, head
+            free_memory()
+    return recorded
+
+
+def _meta(args, pair, placement: str, graphs: bool, control, prompts) -> dict:
+    info = lambda m: ", ".join(f"{k} {v}" for k, v in m.info.items() if k in ("dtype", "quantization", "kernel") and v)
+    return {"weights": pair.weights, "target": args.target, "draft": args.draft, "target_info": info(pair.target),
+            "draft_info": info(pair.draft), "placement": placement, "graphs": graphs,
+            "acceptance": (f"acceptance control {control.spec} (seed {control.seed})" if control is not None
+                           else "the draft's own proposals (no acceptance control)"),
+            "prompts": [p.id for p in prompts], "prompt_spec": args.prompts, "max_new_tokens": args.max_new_tokens,
+            "warmup": args.warmup, "command": args.command}
+
+
+def _profile_meta(profile, args, pair_names) -> dict:
+    raw = profile.raw
+    setup = raw["setup"]
+    warnings = []
+    names = (setup.get("target", {}).get("name"), setup.get("draft", {}).get("name"))
+    if names != tuple(pair_names):
+        warnings.append(f"The profile was measured for target {names[0]} + draft {names[1]}; this run used "
+                        f"{pair_names[0]} + {pair_names[1]}.")
+    return {"profile_setup": setup, "gpus": raw.get("env", {}).get("gpus", ["unknown"]),
+            "profile_created": raw.get("created", "?"),
+            "profile_origin": ("measured for this report by python -m measure, right after the real runs, same models "
+                               "and placement" if args.measure else "given with --profile"),
+            "warnings": warnings}

@@ -1,0 +1,54 @@
+"""The simulator's prediction for a recorded run, and where prediction and measurement part.
+
+The prediction uses the same profile and replays the run's own trace (exact at the recorded K) with
+the same schedule, head, probes, placement and regime, so any error is the cost model's, not the
+acceptance's.
+"""
+from __future__ import annotations
+
+from sim.acceptance import TraceReplay
+from sim.profile import load_profile
+from sim.scenario import GRAPHS, Scenario, run
+from sim.schedules import PHASES
+from sim.schedules import Config as SimConfig
+from sim.simulate import simulate
+
+from .plan import Config
+
+
+def predict(profile_path, trace_path, lines: list[dict], config: Config, probes: int | None, placement: str,
+            graphs: bool) -> tuple[dict, list[str]]:
+    """(the simulator's row for this configuration, its notes)."""
+    regime_flag = "on" if graphs else "off"
+    if config.schedule == "baseline":  # a baseline trace carries no acceptance; only its generations matter
+        profile = load_profile(str(profile_path))
+        by_prompt: dict[str, list[dict]] = {}
+        for line in lines:
+            by_prompt.setdefault(line["prompt_id"], []).append(line)
+        source = TraceReplay(by_prompt, "dense", None)
+        sim_config = SimConfig("baseline", "dense", 1, profile.default_probes, placement)
+        row = simulate(profile.costs[GRAPHS[regime_flag]], sim_config, source, source.generations, ceiling=False)
+        return row, [f"profile: {profile.label()} [{profile.source}], regime: {GRAPHS[regime_flag]}"]
+    scenario = Scenario(profile=str(profile_path), acceptance=f"trace:{trace_path}", schedules=(config.schedule,),
+                        heads=(config.head,), K=config.K, probes=probes, placement=placement, graphs=regime_flag)
+    rows, resolved = run(scenario, ceiling=False)
+    return rows[-1], resolved.notes
+
+
+def phase_rows(summary: dict, predicted: dict) -> list[dict]:
+    """Measured (trace phases_ms totals) against predicted (phase_ms) per phase, in ms and as shares of
+    each one's decode time. `initial` (the draft's prefill) is predicted only: the decoder finishes it
+    within TTFT."""
+    measured = summary.get("phases_ms") or {}
+    rows = []
+    for phase in PHASES:
+        m, p = measured.get(phase, 0.0), predicted["phase_ms"].get(phase, 0.0)
+        rows.append({"phase": phase, "measured_ms": m, "predicted_ms": p,
+                     "measured_share": m / summary["decode_ms"] if summary["decode_ms"] else 0.0,
+                     "predicted_share": predicted["phase_share"].get(phase, 0.0)})
+    return rows
+
+
+def error_carrier(phases: list[dict]) -> dict:
+    """The phase whose predicted total is furthest from its measured total."""
+    return max(phases, key=lambda r: abs(r["predicted_ms"] - r["measured_ms"]))

@@ -1,0 +1,248 @@
+"""The validation report: report.md, results.csv, scatter.png and phases.png (into a staged folder)."""
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from model.trace import write_atomic
+from sim.report import render
+
+from .closed_form import ClosedForm
+from .plan import Config
+from .predict import error_carrier
+
+THRESHOLD = 0.03  # configurations missing by more than this get a phase diagnosis
+
+
+@dataclass
+class Result:
+    """One configuration: what the real run measured, what the simulator and the closed form predicted."""
+
+    config: Config
+    probes: int | None
+    summary: dict  # flashspec.summary/1 of the real run
+    predicted: dict  # the simulator's row
+    closed: ClosedForm
+    phases: list[dict]  # predict.phase_rows
+    trace: str  # path of the trace, relative to the report
+
+    @property
+    def measured_tok_s(self) -> float:
+        return self.summary["decode_tok_s"]
+
+    @property
+    def predicted_tok_s(self) -> float:
+        return self.predicted["decode_tok_s"]
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_tok_s - self.measured_tok_s) / self.measured_tok_s
+
+    @property
+    def closed_error(self) -> float:
+        return (self.closed.tok_s - self.measured_tok_s) / self.measured_tok_s
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _f(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+HEADERS = ["configuration", "measured tok/s", "predicted tok/s", "error", "closed-form tok/s", "closed error",
+           "accept", "emit/rd", "verify m/p", "append m/p"]
+
+
+def _cells(r: Result) -> list[str]:
+    s, p = r.summary, r.predicted
+    return [r.config.name + (f" p={r.probes}" if r.probes else ""), _f(r.measured_tok_s), _f(r.predicted_tok_s),
+            _pct(r.error), _f(r.closed.tok_s), _pct(r.closed_error), _f(s["acceptance"], 3), _f(s["mean_emitted"], 3),
+            f"{s['verify_calls']}/{p['verify_calls']}", f"{s['append_calls']}/{p['append_calls']}"]
+
+
+def stdout_table(results: list[Result]) -> str:
+    return render(HEADERS, [_cells(r) for r in results])
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    head = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return head + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def errors_summary(results: list[Result]) -> dict:
+    """Median and max absolute relative error of each estimator."""
+    sim = [abs(r.error) for r in results]
+    closed = [abs(r.closed_error) for r in results]
+    return {"simulator": (statistics.median(sim), max(sim)), "closed_form": (statistics.median(closed), max(closed))}
+
+
+def diagnosis(r: Result) -> str:
+    """Which phase carries a miss: the phase totals furthest apart, against the decode-time difference."""
+    c = error_carrier(r.phases)
+    delta = r.predicted["decode_ms"] - r.summary["decode_ms"]
+    others = ", ".join(f"{x['phase']} {x['predicted_ms'] - x['measured_ms']:+.1f}" for x in r.phases
+                       if x is not c and abs(x["predicted_ms"] - x["measured_ms"]) >= 0.05 * abs(delta or 1))
+    return (f"- **{r.config.name}** (error {_pct(r.error)}): predicted decode {r.predicted['decode_ms']:.1f} ms vs "
+            f"measured {r.summary['decode_ms']:.1f} ms ({delta:+.1f} ms). Largest phase gap: **{c['phase']}** "
+            f"predicted {c['predicted_ms']:.1f} ms vs measured {c['measured_ms']:.1f} ms "
+            f"({c['predicted_ms'] - c['measured_ms']:+.1f} ms)" + (f"; other gaps (ms): {others}." if others else "."))
+
+
+def markdown(results: list[Result], meta: dict) -> str:
+    setup = meta["profile_setup"]
+    weights = meta["weights"].upper()
+    lines = [f"# Validation: simulator vs real runs ({meta['placement']})", "",
+             f"**Weights: {weights}**" + (" (real architectures, seeded random values: timings are real, outputs are "
+                                          "not language; acceptance is set by acceptance control)"
+                                          if meta["weights"] == "synthetic" else ""), "",
+             f"- Target: {meta['target']} ({meta['target_info']}); draft: {meta['draft']} ({meta['draft_info']})",
+             f"- Placement: **{meta['placement']}**; CUDA graphs: {'on' if meta['graphs'] else 'off'}; "
+             f"GPUs (profile env): {', '.join(meta['gpus'])}",
+             f"- Profile: `{meta['profile']}` ({meta['profile_origin']}; target {setup['target'].get('name')}, "
+             f"draft {setup['draft'].get('name')}, created {meta['profile_created']})",
+             f"- Acceptance: {meta['acceptance']}",
+             f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
+             f"{', '.join(meta['prompts'])}), {meta['max_new_tokens']} new tokens each, "
+             f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)",
+             f"- Command: `{meta['command']}`", ""]
+    lines += [f"> {w}" for w in meta["warnings"]] + ([""] if meta["warnings"] else [])
+    med = errors_summary(results)
+    lines += ["## Summary", "",
+              f"{len(results)} configurations. Absolute error of predicted decode tok/s against measured:", "",
+              *_md_table(["estimator", "median absolute error", "max absolute error"],
+                         [[name.replace("_", " "), f"{100 * m:.1f}%", f"{100 * x:.1f}%"]
+                          for name, (m, x) in med.items()]),
+              "", "## Definitions", "",
+              "- **measured tok/s**: decode tokens (all generated tokens but the first, which belongs to TTFT) over "
+              "decode wall time, summed over the prompts (the run summary's `decode_tok_s`).",
+              "- **predicted tok/s**: `python -m sim` on the same profile, replaying this run's own trace (exact at "
+              "the recorded K) with the same schedule, head, probes, placement and regime.",
+              "- **error** = (predicted - measured) / measured, for both estimators.",
+              "- **closed form**: the study's TPOT = (T_p(K) + K·T_q + T_o) / E[R], tok/s = 1000 / TPOT, where "
+              "T_p(K) is the profile's target forward for the verify size the schedule uses (K tokens for ordinary "
+              "and pipelined, K+1 for deferred and pipelined-deferred, 1 for baseline) at the trace's mean "
+              "context; T_q is one draft step (body at the mean context + the dense head, or FlashHead at the run's "
+              "probes); T_o is the per-round overhead: the standalone one-token target append (ordinary and "
+              "pipelined only) + one host read (`item_ms`) + the decoder's per-round bookkeeping + two token copies "
+              "on two GPUs; E[R] is the trace's mean tokens emitted per round. It ignores skipped verifies, "
+              "overlap between devices and the look-ahead.",
+              "- **phases**: measured = the trace's per-round `phases_ms` summed (device phases are CUDA-event "
+              "intervals, `sync` the host's read, `other` the rest of each round's wall time; overlapped phases on "
+              "two GPUs can sum past the wall time); predicted = the simulator's busy time per phase. `initial` "
+              "(the draft's prefill) is predicted only; the decoder finishes it within TTFT.",
+              "- **verify m/p, append m/p**: target verify and standalone append calls, measured / predicted "
+              "(equal when the trace replays exactly).", "",
+              "## Results", "", *_md_table(HEADERS, [_cells(r) for r in results]), ""]
+    missed = [r for r in results if abs(r.error) > THRESHOLD]
+    lines += [f"## Configurations off by more than {100 * THRESHOLD:.0f}%", ""]
+    lines += [diagnosis(r) for r in missed] if missed else ["None."]
+    lines += ["", "## Phases per configuration", ""]
+    for r in results:
+        lines += [f"### {r.config.name}", "",
+                  f"Measured {r.measured_tok_s:.2f} tok/s, predicted {r.predicted_tok_s:.2f} ({_pct(r.error)}), "
+                  f"closed form {r.closed.tok_s:.2f} ({_pct(r.closed_error)}: T_p({r.closed.verify_tokens})="
+                  f"{r.closed.T_p:.3f} ms, T_q={r.closed.T_q:.3f} ms, T_o={r.closed.T_o:.3f} ms, "
+                  f"E[R]={r.closed.E_R:.3f}, mean context {r.closed.context:.0f}). Trace: `{r.trace}`.", "",
+                  *_md_table(["phase", "measured ms", "measured share", "predicted ms", "predicted share"],
+                             [[x["phase"], f"{x['measured_ms']:.1f}", f"{100 * x['measured_share']:.1f}%",
+                               f"{x['predicted_ms']:.1f}", f"{100 * x['predicted_share']:.1f}%"] for x in r.phases]),
+                  ""]
+    lines += ["## Simulator notes", ""] + [f"- {n}" for n in meta["notes"]]
+    lines += ["", "Files: `results.csv` (one row per configuration), `scatter.png` (predicted vs measured), "
+              "`phases.png` (phase shares), `traces/` (trace JSONL and run summary per configuration)"
+              + (", `profile.json` / `profile.md` (measured for this report)" if meta["measured_here"] else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(results: list[Result]) -> str:
+    rows = []
+    for r in results:
+        s, c = r.summary, r.closed
+        row = {"configuration": r.config.name, "schedule": r.config.schedule, "head": r.config.head, "K": r.config.K,
+               "probes": r.probes, "prompts": len(s["per_prompt"]), "decode_tokens": s["decode_tokens"],
+               "measured_tok_s": r.measured_tok_s, "predicted_tok_s": r.predicted_tok_s, "error": r.error,
+               "closed_form_tok_s": c.tok_s, "closed_form_error": r.closed_error, "T_p_ms": c.T_p, "T_q_ms": c.T_q,
+               "T_o_ms": c.T_o, "E_R": c.E_R, "mean_context": c.context, "acceptance": s["acceptance"],
+               "mean_emitted": s["mean_emitted"], "measured_decode_ms": s["decode_ms"],
+               "predicted_decode_ms": r.predicted["decode_ms"], "ttft_ms": s["ttft_ms"],
+               "measured_verify_calls": s["verify_calls"], "predicted_verify_calls": r.predicted["verify_calls"],
+               "measured_append_calls": s["append_calls"], "predicted_append_calls": r.predicted["append_calls"]}
+        for x in r.phases:
+            for key in ("measured_ms", "predicted_ms", "measured_share", "predicted_share"):
+                row[f"{x['phase']}_{key}"] = x[key]
+        row["trace"] = r.trace
+        rows.append(row)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def scatter_png(results: list[Result], path: Path, title: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    measured = [r.measured_tok_s for r in results]
+    ax.scatter(measured, [r.predicted_tok_s for r in results], label="simulator", marker="o")
+    ax.scatter(measured, [r.closed.tok_s for r in results], label="closed form", marker="x")
+    for r in results:
+        ax.annotate(r.config.name, (r.measured_tok_s, r.predicted_tok_s), fontsize=5, alpha=0.7)
+    values = measured + [r.predicted_tok_s for r in results] + [r.closed.tok_s for r in results]
+    lo, hi = 0.9 * min(values), 1.1 * max(values)
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="identity")
+    ax.plot([lo, hi], [lo * (1 + THRESHOLD), hi * (1 + THRESHOLD)], color="grey", linewidth=0.6, linestyle="--",
+            label=f"±{100 * THRESHOLD:.0f}%")
+    ax.plot([lo, hi], [lo * (1 - THRESHOLD), hi * (1 - THRESHOLD)], color="grey", linewidth=0.6, linestyle="--")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured decode tok/s")
+    ax.set_ylabel("predicted decode tok/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def phases_png(results: list[Result], path: Path, title: str) -> None:
+    """Measured and predicted phase shares side by side for every configuration (stacked bars)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.55 * len(results) + 2), 4.5))
+    phases = [x["phase"] for x in results[0].phases]
+    colors = plt.get_cmap("tab10").colors
+    xs_m = [3 * i for i in range(len(results))]
+    xs_p = [3 * i + 1 for i in range(len(results))]
+    bottom_m, bottom_p = [0.0] * len(results), [0.0] * len(results)
+    for j, phase in enumerate(phases):
+        m = [100 * r.phases[j]["measured_share"] for r in results]
+        p = [100 * r.phases[j]["predicted_share"] for r in results]
+        ax.bar(xs_m, m, bottom=bottom_m, color=colors[j % 10], label=phase)
+        ax.bar(xs_p, p, bottom=bottom_p, color=colors[j % 10], hatch="//", edgecolor="white", linewidth=0)
+        bottom_m = [b + v for b, v in zip(bottom_m, m)]
+        bottom_p = [b + v for b, v in zip(bottom_p, p)]
+    ax.set_xticks([x + 0.5 for x in xs_m])
+    ax.set_xticklabels([r.config.name for r in results], rotation=60, ha="right", fontsize=6)
+    ax.set_ylabel("% of decode wall time (left: measured, right hatched: predicted)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write(folder: Path, results: list[Result], meta: dict) -> None:
+    title = f"{meta['target']} + {meta['draft']}, {meta['placement']} ({meta['weights']} weights)"
+    write_atomic(folder / "report.md", markdown(results, meta))
+    write_atomic(folder / "results.csv", csv_text(results))
+    scatter_png(results, folder / "scatter.png", title)
+    phases_png(results, folder / "phases.png", title)
