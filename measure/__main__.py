@@ -1,7 +1,6 @@
 """python -m measure: microbenchmark every cost of the speculative loop and write a cost profile."""
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from model.cli import OneLineParser, run_command
 from model.decoder import cache_room, placement_devices, width
 from model.errors import UsageError
 from model.flashhead import build_clustering, load_assets
@@ -20,11 +20,6 @@ from model.tokenizer import check_compatible
 from . import profile as profile_io
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import BOOKKEEPING_NEW_TOKENS, Bench, copy_bandwidth_gbs, draft_costs, host_costs, round_bookkeeping, target_costs
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"error: {message} (see python -m measure --help)\n")
 
 
 def parse_args(argv):
@@ -151,21 +146,10 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
 
 
 def main(argv=None) -> int:
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as stop:
-        return stop.code
-    try:
-        for path in run(args):
+    def body():
+        for path in run(parse_args(sys.argv[1:] if argv is None else argv)):
             print(f"wrote {path}")
-        return 0
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except torch.cuda.OutOfMemoryError:
-        print("error: out of memory on the GPU (try a smaller --contexts/--prompt-lengths or one model per GPU)",
-              file=sys.stderr)
-        return 2
+    return run_command(body)
 
 
 if __name__ == "__main__":

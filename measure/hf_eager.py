@@ -51,8 +51,6 @@ def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], contex
             return out.logits[:, -1].argmax(-1)
 
         results[n] = time_op(decode, [(c,) for c in caches], device, reps=reps, warmup=3)
-    del model
-    torch.cuda.empty_cache()
     return {"model": name, "weights": "synthetic", "context": context, "forward_ms": results}
 
 
@@ -71,7 +69,10 @@ def main(argv=None) -> int:
         print("error: no GPU: the Hugging Face eager reference is measured on CUDA", file=sys.stderr)
         return 2
     n_tokens = [int(x) for x in args.n_tokens.split(",")]
-    data = [time_hf_forward(m, device, n_tokens, args.context, args.reps) for m in args.model]
+    data = []
+    for name in args.model:  # one model on the GPU at a time
+        data.append(time_hf_forward(name, device, n_tokens, args.context, args.reps))
+        torch.cuda.empty_cache()
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "runs": data}, f, indent=1)
     for run in data:

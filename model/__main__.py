@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from model.acceptance_control import AcceptanceControl, parse_spec
+from model.cli import OneLineParser, run_command
 from model.decoder import PLACEMENTS, SCHEDULES, Decoder, cache_room, placement_devices
 from model.errors import UsageError
 from model.flashhead import build_clustering, load_assets
@@ -49,13 +50,8 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit code 2, like every other bad input
-        raise UsageError(message)
-
-
 def parse_args(argv) -> argparse.Namespace:
-    p = _Parser(prog="python -m model", description=__doc__, epilog=EPILOG,
+    p = OneLineParser(prog="python -m model", description=__doc__, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
     add("--target", default="tiny-qwen3", help="target model: a preset or a checkpoint folder (default tiny-qwen3)")
@@ -88,15 +84,7 @@ def parse_args(argv) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    try:
-        return run(parse_args(argv))
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except torch.cuda.OutOfMemoryError:
-        print("error: out of GPU memory (try fewer prompts or tokens, a smaller model, or another placement)",
-              file=sys.stderr)
-        return 2
+    return run_command(lambda: run(parse_args(argv)))
 
 
 def run(args) -> int:

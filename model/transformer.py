@@ -19,6 +19,12 @@ from model.awq import AWQLinear
 from model.config import SLIDING, ModelConfig
 
 
+def _rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) in float32, as both families compute it."""
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+
+
 class RMSNorm(nn.Module):
     """Qwen3's RMSNorm: normalize in float32, cast back, then multiply by the weight."""
 
@@ -31,9 +37,7 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return self.weight * _rms_normalized(x, self.eps).to(x.dtype)
 
 
 class GemmaRMSNorm(nn.Module):
@@ -48,9 +52,7 @@ class GemmaRMSNorm(nn.Module):
         nn.init.zeros_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).to(x.dtype)
+        return (_rms_normalized(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
 
 
 def _norm(config: ModelConfig, dim: int, dtype: torch.dtype | None) -> nn.Module:

@@ -55,7 +55,7 @@ def results_table(rows: list[dict], label: str | None = None) -> str:
 
 
 def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
-    headers = ["schedule", "head", "base tok/s", f"what-if tok/s", "delta %", "base speedup",
+    headers = ["schedule", "head", "base tok/s", "what-if tok/s", "delta %", "base speedup",
                "what-if speedup", "base accept", "what-if accept"]
     lines = []
     for b, a in zip(before, after):

@@ -7,7 +7,6 @@ Which published numbers were inputs to the profile (so agree by construction) is
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from .acceptance import EmpiricalLengths, Generation, IIDAcceptance
 from .profile import load_profile

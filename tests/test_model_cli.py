@@ -85,10 +85,8 @@ def test_real_entry_point_reports_one_line(tmp_path):
 
 
 def test_help_explains_every_option(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--help"])
+    assert main(["--help"]) == 0
     text = capsys.readouterr().out
-    assert exit_info.value.code == 0
     for option in ("--target", "--draft", "--head", "--probes", "--clustering", "--schedule", "--K",
                    "--max-new-tokens", "--prompts", "--placement", "--graphs", "--acceptance", "--seed",
                    "--out", "--check-exact", "--stop-at-eos", "--warmup", "--phases", "--dtype"):

@@ -2,7 +2,6 @@
 output equal to our target's, and the rows the report promises."""
 import csv
 
-import pytest
 import torch
 
 from model.loading import load_model

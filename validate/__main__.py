@@ -6,8 +6,8 @@ import argparse
 import shlex
 import sys
 
-import torch
 
+from model.cli import OneLineParser, run_command
 from model.errors import UsageError
 from sim.errors import SimInputError
 
@@ -41,13 +41,6 @@ examples:
   python -m validate --target tiny-qwen3 --draft tiny-qwen3-draft --placement cpu --measure \\
       --measure-args "--reps 5" --K 2,4 --n-prompts 2 --max-new-tokens 16
 """
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes get the same one-line error and exit code 2 as every other bad input."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message} (see python -m validate --help)\n")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -103,19 +96,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
+
+    def body():
         args = parse_args(argv)
         (peers if args.peers else pipeline).run(args)
-        return 0
-    except SystemExit as stop:  # --help, or a usage error already printed as one line (ours or measure's)
-        return stop.code
-    except (UsageError, SimInputError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except torch.cuda.OutOfMemoryError:
-        print("error: out of GPU memory (try fewer or shorter prompts, fewer tokens, or another placement)",
-              file=sys.stderr)
-        return 2
+    return run_command(body, bad_input=(UsageError, SimInputError))
 
 
 if __name__ == "__main__":

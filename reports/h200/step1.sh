@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # On the lent 2 x H200 machine: graph/GPU checks, exactness of every schedule on the study's pair
-# (synthetic qwen3-32b + qwen3-0.6b, bf16, two GPUs), and the AWQ cost profile.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-R=/tmp/results; mkdir -p $R
-trap 'tar czf $OUT/results.tgz -C $R .' EXIT
+# (synthetic qwen3-32b + qwen3-0.6b, bf16, two GPUs), and an AWQ cost profile (not committed: its draft
+# timings recorded CUDA events on the wrong device; step2.sh measured the committed one after the fix).
+source reports/h200/setup.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/env.txt
 timeout 90 python3 reports/h200/diag_graphs.py 2>&1 | grep -v Warning | tee $R/diag.txt
 timeout 150 python3 -m pytest tests/test_model_decoder_gpu.py tests/test_model_flashhead.py -q -rs -p no:cacheprovider > $R/gpu_tests.txt 2>&1

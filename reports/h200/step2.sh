@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # On the lent 2 x H200 machine: the AWQ cost profile, then predicted vs measured (python -m validate)
 # for synthetic qwen3-32b-awq + qwen3-0.6b on two GPUs, FlashHead draft, every schedule, K = 2, 4, 6, 8.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-R=/tmp/results; mkdir -p $R
-trap 'tar czf $OUT/results.tgz -C $R .' EXIT
+source reports/h200/setup.sh
 PROFILE=$R/qwen3-32b-awq_qwen3-0.6b_two-gpu.json
 timeout 170 python3 -m measure --target qwen3-32b-awq --draft qwen3-0.6b --placement two-gpu --reps 10 --warmup 2 \
   --prompts-file .carry/question.jsonl --out $PROFILE 2>&1 | grep wrote

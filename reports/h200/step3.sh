@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # On the lent 2 x H200 machine: the bf16 cost profile, the Hugging Face eager reference, and
 # predicted vs measured for the dense draft head (every schedule, K = 6) on two GPUs.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-R=/tmp/results; mkdir -p $R
-trap 'tar czf $OUT/results.tgz -C $R .' EXIT
+source reports/h200/setup.sh
 timeout 100 python3 -m measure --target qwen3-32b --draft qwen3-0.6b --placement two-gpu --reps 10 --warmup 2 \
   --prompts-file .carry/question.jsonl --out $R/qwen3-32b_qwen3-0.6b_two-gpu.json 2>&1 | grep wrote
 timeout 60 python3 -m measure.hf_eager --model qwen3-0.6b --model qwen3-32b --device cuda:0 --out $R/hf_eager.json
