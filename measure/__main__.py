@@ -109,7 +109,8 @@ def run(args) -> tuple[Path, Path]:
     backend = FlashHead(head_weight, clustering).backend
     notes = notes_for(target.info, draft.info, placement, bandwidth, backend)
     profile = profile_io.assemble(target_info=target.info, draft_info=draft.info, placement=placement,
-                                  contexts=contexts, prompt_lengths=prompt_lengths, k_max=args.k_max, regimes=costs,
+                                  contexts=contexts, prompt_lengths=prompt_lengths, k_max=args.k_max,
+                                  cache_slots=max_seq, regimes=costs,
                                   host=host, clustering=clustering, agreement=agreement, devices=[td, dd], notes=notes)
     command = "python -m measure " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     return profile_io.write(profile, Path(args.out), floors, command)
@@ -136,7 +137,9 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
              f"FlashHead head backend: {backend}.",
              "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
              "from a short real deferred run (Python bookkeeping, launch gaps, token copies).",
-             "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy)."]
+             "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
+             "Every step attends over all static-cache slots (setup.cache_slots), so forward and body costs "
+             "depend on the cache size more than on the context: measure with the cache size your runs use."]
     if "synthetic" in (target_info["weights"], draft_info["weights"]):
         notes.insert(0, "SYNTHETIC weights (real architectures, seeded random values): costs are real, "
                         "the agreement r(p) is not real-language agreement.")

@@ -30,7 +30,7 @@ def environment(devices: list[torch.device]) -> dict:
             "python": platform.python_version(), "host": socket.gethostname(), "cpu": platform.processor()}
 
 
-def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, prompt_lengths, k_max,
+def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, prompt_lengths, k_max, cache_slots,
              regimes: dict, host: dict, clustering, agreement: dict | None, devices, notes: list[str]) -> dict:
     """The profile dict; `host` costs are shared by both regimes (they involve no forward)."""
     synthetic = "synthetic" in (target_info["weights"], draft_info["weights"])
@@ -42,7 +42,7 @@ def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, p
             "target": {k: target_info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel")},
             "draft": {k: draft_info.get(k) for k in ("name", "weights", "dtype")},
             "placement": placement, "context_lengths": list(contexts), "prompt_lengths": list(prompt_lengths),
-            "k_max": k_max, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
+            "k_max": k_max, "cache_slots": cache_slots, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
         },
         "flashhead": {"clusters": clustering.clusters, "cluster_size": clustering.cluster_size,
                       "default_probes": clustering.default_probes,
