@@ -13,16 +13,20 @@ The same pass records the centroid margin (top-1 minus top-2 centroid score) and
 top centroid scores, from which adaptive probe policies are evaluated against fixed p.
 `--exit-layers` adds the early-exit table: how often the first N layers (+ final norm + head)
 predict the full model's greedy token, and `--draft-layers N` repeats r(p) on the N-layer states.
+The clustering (published asset layout) and the hidden states are cached in the model folder, so a
+second run only redoes the analysis.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -204,7 +208,7 @@ def window_policy(top: torch.Tensor, delta: float, least: int, most: int) -> tor
     return within.clamp(least, most)
 
 
-def policies(top: torch.Tensor) -> list[tuple[str, dict, callable]]:
+def policies(top: torch.Tensor) -> list[tuple[str, dict, Callable]]:
     """The swept adaptive policies: thresholds at margin/score-gap quantiles of these states."""
     margin = top[:, 0] - top[:, 1]
     gap = top[:, 0] - top[:, min(63, top.shape[1] - 1)]
@@ -331,7 +335,7 @@ def markdown(result: dict) -> str:
                   "| r(p) | " + " | ".join(f"{v:.4f}" for v in draft["r"]) + " |"]
     exits = result.get("early_exit")
     if exits:
-        lines += ["", f"## Early exit: first N layers + final norm + dense head vs the full model's greedy token",
+        lines += ["", "## Early exit: first N layers + final norm + dense head vs the full model's greedy token",
                   "", f"{exits['n']} continuation positions.", "", "| N layers | top-1 agreement |", "|---|---|"]
         lines += [f"| {n} | {v:.4f} |" for n, v in exits["agreement"].items()]
     ad = result["adaptive"]
@@ -397,7 +401,8 @@ def run(args) -> list[Path]:
         per_prompt = torch.load(cache)
     else:
         per_prompt = collect_states(loaded, prompts, args.prompt_max_len, args.new_tokens, exit_layers)
-        torch.save(per_prompt, cache)
+        torch.save(per_prompt, cache.with_suffix(".tmp"))
+        os.replace(cache.with_suffix(".tmp"), cache)
     categories = {x["id"]: x["category"] for x in per_prompt}
     states = torch.cat([x["states"] for x in per_prompt])
     ranked = rank_states(weight, clustering, states)
