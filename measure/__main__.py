@@ -35,6 +35,8 @@ def parse_args(argv):
     p.add_argument("--probes", default=None, help="FlashHead probe counts (default 1,2,4,... up to c/4, and c/16)")
     p.add_argument("--clustering", default=None, help="load FlashHead assets from this folder (default: build)")
     p.add_argument("--graphs", default=None, help="regimes: on, off or on,off (default on,off on GPU, off on CPU)")
+    p.add_argument("--kernels", default=None, choices=["fused", "torch"],
+                   help="layer kernels: fused (Triton) or torch (default fused for Qwen3 on GPU)")
     p.add_argument("--prompts", default="per-category:2", help="Spec-Bench prompts for the agreement r(p)")
     p.add_argument("--prompts-file", default=None, help="question.jsonl (default ../shared/data/spec_bench)")
     p.add_argument("--agreement-max-len", type=int, default=256, help="tokens per prompt for r(p)")
@@ -78,8 +80,8 @@ def run(args) -> tuple[Path, Path]:
                   cache_room(min(prompt_lengths), BOOKKEEPING_NEW_TOKENS, min(6, args.k_max)))
     max_seq = -(-longest // 16) * 16
     prompts = select_prompts(args.prompts, args.prompts_file)
-    target = load_model(args.target, td, args.dtype, args.seed, max_seq)
-    draft = load_model(args.draft, dd, args.dtype, args.seed + 1, max_seq)
+    target = load_model(args.target, td, args.dtype, args.seed, max_seq, kernels=args.kernels)
+    draft = load_model(args.draft, dd, args.dtype, args.seed + 1, max_seq, kernels=args.kernels)
     check_compatible(target.tokenizer, draft.tokenizer, target.model.config.vocab_size, draft.model.config.vocab_size)
     head_weight = draft.model.head_weight
     clustering = load_assets(args.clustering) if args.clustering else build_clustering(head_weight, seed=args.seed)
@@ -138,8 +140,11 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
              "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
              "from a short real deferred run (Python bookkeeping, launch gaps, token copies).",
              "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
-             "Every step attends over all static-cache slots (setup.cache_slots), so forward and body costs "
-             "depend on the cache size more than on the context: measure with the cache size your runs use."]
+             f"Layer kernels: target {target_info['kernels']}, draft {draft_info['kernels']}. "
+             + ("Fused attention reads cache slots up to the last position only, so costs follow the context."
+                if "torch" not in (target_info["kernels"], draft_info["kernels"]) else
+                "The torch path attends over all static-cache slots (setup.cache_slots), so its costs depend on "
+                "the cache size more than on the context: measure with the cache size your runs use.")]
     if "synthetic" in (target_info["weights"], draft_info["weights"]):
         notes.insert(0, "SYNTHETIC weights (real architectures, seeded random values): costs are real, "
                         "the agreement r(p) is not real-language agreement.")

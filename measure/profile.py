@@ -39,8 +39,8 @@ def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, p
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "env": environment(devices),
         "setup": {
-            "target": {k: target_info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel")},
-            "draft": {k: draft_info.get(k) for k in ("name", "weights", "dtype")},
+            "target": {k: target_info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel", "kernels")},
+            "draft": {k: draft_info.get(k) for k in ("name", "weights", "dtype", "kernels")},
             "placement": placement, "context_lengths": list(contexts), "prompt_lengths": list(prompt_lengths),
             "k_max": k_max, "cache_slots": cache_slots, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
         },

@@ -71,6 +71,8 @@ def parse_args(argv) -> argparse.Namespace:
              "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)")
     add("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)")
     add("--graphs", default="on", choices=["on", "off"], help="replay steps as CUDA graphs (on GPU; default on)")
+    add("--kernels", default=None, choices=["fused", "torch"],
+        help="layer kernels: fused (Triton, model/fused_ops.py) or torch (default: fused for Qwen3 on GPU)")
     add("--acceptance", default=None, metavar="SPEC", help="acceptance control for synthetic weights (see below)")
     add("--seed", type=int, default=0, help="seed of synthetic weights, clustering and acceptance control (default 0)")
     add("--warmup", type=int, default=1, help="untimed generations of the first prompt per schedule (default 1)")
@@ -105,7 +107,8 @@ def run(args) -> int:
     references = {p.id: dec.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
     results = _decode(dec, schedules, prompts, ids, references, control, args)
     config = {"target": args.target, "draft": args.draft if draft else None, "weights": weights,
-              "placement": placement, "graphs": dec.graphs, "max_new_tokens": args.max_new_tokens,
+              "placement": placement, "graphs": dec.graphs, "kernels": target.info["kernels"],
+              "awq_kernel": target.info["kernel"], "max_new_tokens": args.max_new_tokens,
               "prompts": [p.id for p in prompts]}
     if control is not None:
         config["acceptance_control"] = control.describe()
@@ -123,8 +126,9 @@ def _load(args, devices, speculative: bool):
     """Target, draft (None when only the baseline runs) and "synthetic" | "real"."""
     if args.acceptance:
         parse_spec(args.acceptance)
-    target = load_model(args.target, devices[0], args.dtype, args.seed, max_seq_len=1)
-    draft = load_model(args.draft, devices[1], args.dtype, args.seed + 1, max_seq_len=1) if speculative else None
+    target = load_model(args.target, devices[0], args.dtype, args.seed, max_seq_len=1, kernels=args.kernels)
+    draft = (load_model(args.draft, devices[1], args.dtype, args.seed + 1, max_seq_len=1, kernels=args.kernels)
+             if speculative else None)
     if draft is not None:
         check_compatible(target.tokenizer, draft.tokenizer, target.model.config.vocab_size,
                          draft.model.config.vocab_size)
@@ -244,7 +248,8 @@ def _check_exact(results, references, args) -> dict[str, str]:
 def _print_table(summaries, config, args, mismatches: dict | None) -> None:
     draft = f", draft {config['draft']}" if config["draft"] else ""
     print(f"target {config['target']}{draft} | weights: {config['weights']} | placement {config['placement']} | "
-          f"graphs {'on' if config['graphs'] else 'off'} | K={args.K} | {len(config['prompts'])} prompts x "
+          f"graphs {'on' if config['graphs'] else 'off'} | kernels {config['kernels']} ({config['awq_kernel']}) | "
+          f"K={args.K} | {len(config['prompts'])} prompts x "
           f"{args.max_new_tokens} tokens")
     if config["weights"] == "synthetic":
         note = (f"acceptance controlled ({args.acceptance})" if args.acceptance else

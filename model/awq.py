@@ -104,6 +104,19 @@ class AWQLinear(nn.Module):
         layer.scales.copy_(scales)
         return layer
 
+    @classmethod
+    def concat(cls, layers: list[AWQLinear]) -> AWQLinear:
+        """One layer whose outputs are `layers`' outputs side by side (same input and group size).
+        Packing is per block of 8 output columns, so the packed buffers concatenate as they are."""
+        first = layers[0]
+        if any(layer.in_features != first.in_features or layer.group_size != first.group_size for layer in layers):
+            raise ValueError("AWQ layers to concatenate need the same input width and group size")
+        with torch.device("meta"):  # the buffers are replaced below
+            merged = cls(first.in_features, sum(layer.out_features for layer in layers), first.group_size)
+        for name in ("qweight", "qzeros", "scales"):
+            setattr(merged, name, torch.cat([getattr(layer, name) for layer in layers], dim=1))
+        return merged
+
     @torch.no_grad()
     def randomize_(self, generator: torch.Generator, weight_std: float = 0.02) -> None:
         """Random codes and zero points, scales that give weights of about `weight_std` (synthetic models)."""

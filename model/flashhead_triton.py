@@ -1,24 +1,24 @@
-"""Fused FlashHead stage 2 (gather the probed clusters' rows, score them, argmax) without host sync.
+"""FlashHead's greedy path in four launches and no host sync: centroid scores, top-p selection,
+then stage 2 (gather the probed clusters' rows, score them, argmax) and its final reduction.
 
-Semantics shared by the Triton kernels and `stage2_reference`: a candidate's score is the fp32 dot
-product of the hidden state (cast to the head's dtype) and its head row, rounded to the head's
-dtype as the dense head's logits are; the winner is the highest score, the lowest token id among
-exact ties (as `torch.argmax` over dense logits picks). Importing this module never fails:
-`AVAILABLE` says whether the kernels can run here (triton importable and CUDA present).
+Stage 1 (`select_clusters`): every centroid's score is the fp32 dot product with the hidden state,
+rounded to the head's dtype as F.linear's output is; one program per hidden state then finds the
+p-th highest score by bisection over order-preserving integer keys and writes the p cluster ids
+scoring above it, plus the lowest-index ties at it. torch.topk, which the torch path uses, picks
+among ties at the threshold in an unspecified order; otherwise the two choose the same clusters.
+Stage 2 semantics, shared with `stage2_reference`: a candidate's score is the fp32 dot product of
+the hidden state (cast to the head's dtype) and its head row, rounded to the head's dtype as the
+dense head's logits are; the winner is the highest score, the lowest token id among exact ties
+(as `torch.argmax` over dense logits picks). Where the kernels run: model/triton_support.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from model.triton_support import AVAILABLE, launching_on, tl, triton
 
-AVAILABLE = triton is not None and torch.cuda.is_available()
-
+BLOCK_C = 64  # centroids per program of the score kernel
 BLOCK_T = 32  # candidate tokens per program
 BLOCK_D = 128  # hidden elements per load
 FINAL_BLOCK = 1024  # partial keys reduced per loop step of the final kernel
@@ -39,6 +39,22 @@ def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: t
     return torch.where(scores == best, tokens, weight.shape[0]).amin(dim=1)
 
 
+def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int) -> torch.Tensor:
+    """hidden [n, d] (the head's dtype), centroids [c, d] -> the ids [n, probes] of the highest-scoring
+    clusters, in increasing id order. Two launches, no sync."""
+    n, d = hidden.shape
+    c = centroids.shape[0]
+    keys = torch.empty((n, c), dtype=torch.int32, device=hidden.device)
+    out = torch.empty((n, probes), dtype=torch.int64, device=hidden.device)
+    block = triton.next_power_of_2(c)
+    with launching_on(hidden.device):
+        _centroid_keys_kernel[(n, triton.cdiv(c, BLOCK_C))](
+            hidden, centroids, keys, c, d, ROUND_BF16=centroids.dtype == torch.bfloat16,
+            ROUND_FP16=centroids.dtype == torch.float16, BLOCK_C=BLOCK_C, BLOCK_D=BLOCK_D, num_warps=4)
+        _select_kernel[(n,)](keys, out, c, probes, BLOCK=block, num_warps=16 if block >= 8192 else 4)
+    return out
+
+
 def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
                   weight: torch.Tensor, always: torch.Tensor | None = None) -> torch.Tensor:
     """Triton stage 2 with the signature and result of `stage2_reference`; two launches, no sync.
@@ -49,7 +65,7 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     order-independent, so the result is deterministic. Compile (call once) before CUDA-graph capture.
     """
     if not AVAILABLE:
-        raise RuntimeError("flashhead_triton.stage2_argmax needs triton and CUDA")
+        raise RuntimeError("flashhead_triton.stage2_argmax needs triton")
     n, d = hidden.shape
     p = cluster_ids.shape[1]
     b = members.shape[1]
@@ -62,7 +78,7 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     blocks = triton.cdiv(p * b + a, BLOCK_T)
     partial = torch.empty((n, blocks), dtype=torch.int64, device=hidden.device)
     out = torch.empty((n,), dtype=torch.int64, device=hidden.device)
-    with torch.cuda.device(hidden.device):  # triton launches on the current device, not the tensors'
+    with launching_on(hidden.device):
         _stage2_kernel[(n, blocks)](
             hidden, hidden.stride(0), cluster_ids, cluster_ids.stride(0), members, weight, weight.stride(0),
             always_ptr, partial, p, b, a, d, blocks,
@@ -77,6 +93,56 @@ if triton is not None:
     # kernels must be constexpr; int64 constants are built with tl.full so no literal is typed uint32.
     _NO_KEY = tl.constexpr(-9223372036854775807)
     _LOW_MASK = tl.constexpr(4294967295)
+
+    @triton.jit
+    def _ordered(s, ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr):
+        """fp32 scores rounded to the head's dtype -> int32 keys whose signed order is the scores' order."""
+        if ROUND_BF16:
+            s = s.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
+        if ROUND_FP16:
+            s = s.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
+        s = tl.where(s == 0.0, 0.0, s)  # -0.0 ties with +0.0, as in torch comparisons
+        bits = s.to(tl.int32, bitcast=True)
+        return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+    @triton.jit
+    def _centroid_keys_kernel(h_ptr, c_ptr, key_ptr, C, D, ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr,
+                              BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cl = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        valid = cl < C
+        acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            dd = d0 + tl.arange(0, BLOCK_D)
+            dm = dd < D
+            h = tl.load(h_ptr + row * D + dd, mask=dm, other=0.0).to(tl.float32)
+            w = tl.load(c_ptr + cl.to(tl.int64)[:, None] * D + dd[None, :], mask=valid[:, None] & dm[None, :],
+                        other=0.0).to(tl.float32)
+            acc += w * h[None, :]
+        key = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
+        tl.store(key_ptr + row * C + cl, key, mask=valid)
+
+    @triton.jit
+    def _select_kernel(key_ptr, out_ptr, C, P, BLOCK: tl.constexpr):
+        """The p-th highest key T by bisection (count(key >= T) >= P for the largest such T), then
+        the ids above T and the first ties at T, written in id order."""
+        row = tl.program_id(0).to(tl.int64)
+        idx = tl.arange(0, BLOCK)
+        valid = idx < C
+        key = tl.load(key_ptr + row * C + idx, mask=valid, other=-2147483648)
+        lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
+        hi = tl.max(key, axis=0).to(tl.int64)
+        for _ in range(32):  # the key range spans at most 2^32 values
+            mid = lo + (hi - lo + 1) // 2
+            enough = tl.sum((valid & (key >= mid)).to(tl.int32), axis=0) >= P
+            lo = tl.where(enough, mid, lo)
+            hi = tl.where(enough, hi, mid - 1)
+        above = valid & (key > lo)
+        tie = valid & (key == lo)
+        need = P - tl.sum(above.to(tl.int32), axis=0)
+        chosen = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
+        slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + row * P + slot, idx.to(tl.int64), mask=chosen)
 
     @triton.jit
     def _stage2_kernel(h_ptr, h_stride, cl_ptr, cl_stride, mem_ptr, w_ptr, w_stride, always_ptr, part_ptr,
@@ -103,14 +169,7 @@ if triton is not None:
             w = tl.load(w_ptr + tok[:, None] * w_stride + dd[None, :], mask=valid[:, None] & dm[None, :],
                         other=0.0).to(tl.float32)
             acc += w * h[None, :]
-        s = tl.sum(acc, axis=1)
-        if ROUND_BF16:
-            s = s.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
-        if ROUND_FP16:
-            s = s.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
-        s = tl.where(s == 0.0, 0.0, s)  # -0.0 ties with +0.0, as in torch comparisons
-        bits = s.to(tl.int32, bitcast=True)
-        ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed int order == float order
+        ordered = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
         low = tl.full([BLOCK_T], _LOW_MASK, tl.int64)
         key = (ordered.to(tl.int64) << 32) | (low - tok)
         key = tl.where(valid, key, tl.full([BLOCK_T], _NO_KEY, tl.int64))

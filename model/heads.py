@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from model import flashhead_triton
+from model import flashhead_triton, triton_support
 from model.errors import UsageError
 from model.flashhead import Clustering
 
@@ -54,8 +54,8 @@ class FlashHead:
     """Greedy multi-probe FlashHead: score all c centroids, keep the top `probes` clusters, score
     their probes * b tokens (and `always_tokens`) exactly, return the best.
 
-    backend: "triton" (fused stage 2, CUDA with triton) or "torch"; None picks triton when it can run.
-    Stage 1 (centroid GEMV in the head's dtype + topk) is cuBLAS + torch.topk on every backend.
+    backend: "triton" (model/flashhead_triton.py: four launches, stage 1 included) or "torch"
+    (cuBLAS centroid scores + torch.topk + a gather); None picks triton where it can run.
     """
 
     def __init__(self, weight: torch.Tensor, clustering: Clustering, probes: int | None = None,
@@ -72,9 +72,9 @@ class FlashHead:
         always = sorted(set(int(t) for t in always_tokens))
         if always and not (0 <= always[0] and always[-1] < vocab):
             raise UsageError(f"always_tokens must be token ids in [0, {vocab - 1}], got {always}")
-        can_fuse = weight.is_cuda and flashhead_triton.AVAILABLE
-        if backend is None:
-            backend = "triton" if can_fuse else "torch"
+        can_fuse = triton_support.runs_on(weight.device)
+        if backend is None:  # the interpreter (CPU) runs the kernels, but slowly: only when asked
+            backend = "triton" if can_fuse and weight.is_cuda else "torch"
         if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
             raise UsageError(f"backend {backend!r} is not usable here; choose from "
                              f"{['triton', 'torch'] if can_fuse else ['torch']}")
@@ -106,9 +106,13 @@ class FlashHead:
 
     def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         h = _flat(hidden, self.weight)
-        cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
-        stage2 = flashhead_triton.stage2_argmax if self.backend == "triton" else flashhead_triton.stage2_reference
-        return stage2(h, cluster_ids, self.members, self.weight, self.always).reshape(hidden.shape[:-1])
+        if self.backend == "triton":
+            cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes)
+            token = flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, self.always)
+        else:
+            cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
+            token = flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight, self.always)
+        return token.reshape(hidden.shape[:-1])
 
 
 def flashhead_agreement(dense_head: DenseHead, flash_head: FlashHead, hidden_states: torch.Tensor,

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from model import triton_support
 from model.awq import AWQLinear
-from model.config import ModelConfig
+from model.config import SLIDING, ModelConfig
 from model.early_exit import early_exit, split_spec
 from model.errors import UsageError
 from model.presets import PRESETS
@@ -24,6 +25,7 @@ DEFAULT_MAX_SEQ_LEN = 2048
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 _SYNTHETIC_WEIGHT_STD = 0.02
+KERNEL_PATHS = ("fused", "torch")
 
 
 @dataclass
@@ -31,7 +33,8 @@ class Loaded:
     """A model with its KV cache set up, its tokenizer, and what it is.
 
     info: name, arch, weights ("synthetic" | "real"), dtype, quantization (None or e.g.
-    "awq-int4-g128"), kernel (the AWQ kernel that runs, or "dense"), tokenizer (its name).
+    "awq-int4-g128"), kernel (the AWQ kernel that runs, or "dense"), kernels ("fused" or "torch":
+    the layer path), tokenizer (its name).
     """
 
     model: Transformer
@@ -40,21 +43,26 @@ class Loaded:
 
 
 def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-               seed: int = 0, max_seq_len: int = DEFAULT_MAX_SEQ_LEN) -> Loaded:
+               seed: int = 0, max_seq_len: int = DEFAULT_MAX_SEQ_LEN, kernels: str | None = None) -> Loaded:
     """`spec` is a preset name (seeded random weights built directly on `device`), a local folder
     with config.json and *.safetensors, or a Hugging Face id already in the local cache; any of
     them followed by `#layers=N` gives its early-exit draft (the first N layers, final norm, head).
-    `dtype` defaults to float32 on the CPU and bfloat16 on CUDA. Bad input raises UsageError."""
+    `dtype` defaults to float32 on the CPU and bfloat16 on CUDA. `kernels`: "fused" (Triton,
+    model/fused_ops.py) or "torch"; by default fused for Qwen3 on CUDA where triton imports.
+    Bad input raises UsageError."""
     device = parse_device(device)
     dtype = parse_dtype(dtype, device)
     if max_seq_len < 1:
         raise UsageError(f"max_seq_len must be positive, got {max_seq_len}")
+    if kernels not in (None, *KERNEL_PATHS):
+        raise UsageError(f"unknown kernels {kernels!r} (choices: {', '.join(KERNEL_PATHS)})")
     base, exit_layers = split_spec(spec)
     if exit_layers is not None:  # `SPEC#layers=N`: the first N layers of SPEC (model/early_exit.py)
-        full = load_model(base, device, dtype, seed, max_seq_len=1)
+        full = load_model(base, device, dtype, seed, max_seq_len=1, kernels="torch")
         draft = early_exit(full.model, exit_layers)
         draft.setup_cache(max_seq_len)
-        return Loaded(draft, full.tokenizer, {**full.info, "name": spec, "early_exit_layers": exit_layers})
+        info = {**full.info, "name": spec, "early_exit_layers": exit_layers, "kernels": _use_kernels(draft, kernels)}
+        return Loaded(draft, full.tokenizer, info)
     try:
         if spec in PRESETS:
             config = PRESETS[spec]
@@ -69,6 +77,7 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
             tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
         model.requires_grad_(False).eval()
         model.setup_cache(max_seq_len)
+        paths = _use_kernels(model, kernels)
         kernel = _select_awq_kernels(model, dtype)
     except torch.cuda.OutOfMemoryError as error:
         raise UsageError(f"out of memory: {spec} in {_dtype_name(dtype)} with a {max_seq_len}-token cache "
@@ -80,9 +89,21 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
         "dtype": _dtype_name(dtype),
         "quantization": f"awq-int4-g{config.awq_group_size}" if config.quant == "awq" else None,
         "kernel": kernel,
+        "kernels": paths,
         "tokenizer": tokenizer.name,
     }
     return Loaded(model, tokenizer, info)
+
+
+def _use_kernels(model: Transformer, kernels: str | None) -> str:
+    """Switches `model` to the fused kernels when asked, or by default where they apply."""
+    if kernels is None:
+        device = model.embed_tokens.weight.device
+        applies = model.config.arch == "qwen3" and SLIDING not in model.config.layer_types
+        kernels = "fused" if device.type == "cuda" and applies and triton_support.runs_on(device) else "torch"
+    if kernels == "fused":
+        model.use_fused_kernels()
+    return kernels
 
 
 def parse_device(device: str | torch.device) -> torch.device:

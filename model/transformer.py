@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import fused_ops, triton_support
 from model.awq import AWQLinear
 from model.config import SLIDING, ModelConfig
+from model.errors import UsageError
 
 
 def _rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -89,6 +91,16 @@ def _rope_name(table: str, sliding: bool) -> str:
 def _rounded(value: float, dtype: torch.dtype) -> float:
     """`value` as `dtype` stores it (Gemma's embedding scale is applied in the weight dtype)."""
     return torch.tensor(value, dtype=dtype, device="cpu").item()
+
+
+def _merged(layers: list[nn.Module]) -> nn.Module:
+    """One projection whose outputs are the given projections' outputs side by side (one GEMM)."""
+    if all(isinstance(layer, AWQLinear) for layer in layers):
+        return AWQLinear.concat(layers)
+    weight = torch.cat([layer.weight for layer in layers])
+    merged = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta", dtype=weight.dtype)
+    merged.weight = nn.Parameter(weight, requires_grad=False)
+    return merged
 
 
 class MLP(nn.Module):
@@ -204,6 +216,7 @@ class Transformer(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(
             config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
         self.max_seq_len = 0
+        self.kernels = "torch"  # or "fused": see use_fused_kernels
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(self, max_seq_len: int, device: torch.device | str | None = None,
@@ -242,6 +255,8 @@ class Transformer(nn.Module):
             raise RuntimeError("call setup_cache() before forward_hidden()")
         if tokens.dim() != 2 or tokens.shape[0] != 1 or pos.shape != (tokens.shape[1],):
             raise ValueError(f"expected tokens [1, n] and pos [n], got {tuple(tokens.shape)} and {tuple(pos.shape)}")
+        if self.kernels == "fused":
+            return self._forward_fused(tokens, pos)
         attention_inputs = {sliding: self._attention_inputs(pos, sliding) for sliding in self._layer_kinds}
         x = self.embed_tokens(tokens)
         if self.config.arch == "gemma3":
@@ -249,6 +264,58 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, pos, *attention_inputs[layer.self_attn.sliding])
         return self.norm(x)
+
+    def use_fused_kernels(self) -> None:
+        """Runs forward_hidden through model/fused_ops.py (Qwen3 only). Merges each layer's q/k/v
+        projections into `qkv_proj` and gate/up into `gate_up_proj`, one GEMM each; the separate
+        modules are removed, so load weights (and quantize) first."""
+        if self.config.arch != "qwen3" or self._layer_kinds != [False]:
+            raise UsageError(f"fused kernels cover Qwen3 with full attention only, not {self.config.arch}")
+        device = self.embed_tokens.weight.device
+        if not triton_support.runs_on(device):
+            raise UsageError(f"fused kernels need triton and CUDA; they cannot run on {device} here")
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.qkv_proj = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
+            mlp.gate_up_proj = _merged([mlp.gate_proj, mlp.up_proj])
+            del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
+        self.kernels = "fused"
+
+    def checkpoint_state_dict(self) -> dict[str, torch.Tensor]:
+        """The state dict under the checkpoint's (Hugging Face's) names: with fused kernels, each merged
+        projection is split back into views of its tensors (no copy)."""
+        c = self.config
+        parts = {"self_attn.qkv_proj": {"q_proj": c.n_heads * c.head_dim, "k_proj": c.n_kv_heads * c.head_dim,
+                                        "v_proj": c.n_kv_heads * c.head_dim},
+                 "mlp.gate_up_proj": {"gate_proj": c.intermediate_size, "up_proj": c.intermediate_size}}
+        out = {}
+        for name, tensor in self.state_dict().items():
+            merged = next((m for m in parts if f".{m}." in name), None)
+            if merged is None:
+                out[name] = tensor
+                continue
+            prefix, field = name.split(f"{merged}.")
+            module = merged.split(".")[0]
+            # nn.Linear weights are [out, in]; AWQ buffers are [in or groups, out], packed 8 per int32.
+            dim, per = (0, 1) if field == "weight" else (1, 8 if field in ("qweight", "qzeros") else 1)
+            pieces = tensor.split([size // per for size in parts[merged].values()], dim=dim)
+            out.update({f"{prefix}{module}.{part}.{field}": piece for part, piece in zip(parts[merged], pieces)})
+        return out
+
+    def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """forward_hidden with ~10 launches per layer; each residual add is fused into the next norm."""
+        eps = self.config.rms_norm_eps
+        cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
+        h, delta = self.embed_tokens(tokens[0]), None
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
+            q = fused_ops.qk_norm_rope_cache(attn.qkv_proj(x), attn.q_norm.weight, attn.k_norm.weight, cos, sin,
+                                             pos, attn.k_cache, attn.v_cache, attn.n_heads, eps)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps,
+                                      attn.o_proj(fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale)))
+            delta = mlp.down_proj(fused_ops.silu_mul(mlp.gate_up_proj(x)))
+        return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property
     def head_weight(self) -> torch.Tensor:

@@ -10,7 +10,7 @@ from model.errors import UsageError
 from model.flashhead import Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead, flashhead_agreement
 
-needs_gpu = pytest.mark.skipif(not flashhead_triton.AVAILABLE,
+needs_gpu = pytest.mark.skipif(not (flashhead_triton.AVAILABLE and torch.cuda.is_available()),
                                reason="needs CUDA and triton (the lead runs it on the GPU machine)")
 
 

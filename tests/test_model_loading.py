@@ -101,7 +101,8 @@ def test_synthetic_presets_are_seeded_and_labeled():
     again = load_model("tiny-qwen3", seed=3, max_seq_len=16)
     other = load_model("tiny-qwen3", seed=4, max_seq_len=16)
     assert first.info == {"name": "tiny-qwen3", "arch": "qwen3", "weights": "synthetic", "dtype": "float32",
-                          "quantization": None, "kernel": "dense", "tokenizer": "synthetic-bytes-512"}
+                          "quantization": None, "kernel": "dense", "kernels": "torch",
+                          "tokenizer": "synthetic-bytes-512"}
     tokens = torch.tensor([first.tokenizer.encode("abc")])
     logits = [loaded.model(tokens, torch.arange(3)) for loaded in (first, again, other)]
     assert torch.isfinite(logits[0]).all()

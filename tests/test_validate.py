@@ -60,6 +60,21 @@ def test_report_files_and_traces_meet_the_contract(validated):
     assert not list(validated.parent.glob(".*"))  # no staging folder left behind
 
 
+def test_recorded_runs_predict_again_to_the_same_numbers(validated, tmp_path, capsys):
+    out = tmp_path / "again"
+    assert main(["--from-runs", str(validated), "--profile", str(validated / "profile.json"), "--out", str(out)]) == 0
+    columns = ("configuration", "measured_tok_s", "predicted_tok_s", "closed_form_tok_s")
+    first, again = ([{k: r[k] for k in columns} for r in csv.DictReader((d / "results.csv").open())]
+                    for d in (validated, out))
+    assert sorted(first, key=str) == sorted(again, key=str)
+    assert sorted(p.name for p in (out / "traces").iterdir()) == sorted(p.name for p in (validated / "traces").iterdir())
+    assert main(["--from-runs", str(tmp_path / "nothing"), "--profile", str(validated / "profile.json"),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert main(["--from-runs", str(validated), "--out", str(tmp_path / "y")]) == 2
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert capsys.readouterr().err.count("error:") == 2
+
+
 def test_a_failure_midway_leaves_no_output(validated, tmp_path, monkeypatch):
     calls = []
 

@@ -86,6 +86,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "(default 1)")
     p.add_argument("--out", default=None, metavar="DIR", help="report folder (default reports/validation/"
                    "<placement>-<gpu>-<date>, with --peers reports/peers/...)")
+    p.add_argument("--from-runs", default=None, metavar="DIR",
+                   help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
+                        "folder a run left when it stopped before its prediction) with --profile, into --out")
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
     p.add_argument("--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a "
                    "short trial)")
@@ -99,7 +102,10 @@ def main(argv=None) -> int:
 
     def body():
         args = parse_args(argv)
-        (peers if args.peers else pipeline).run(args)
+        if args.from_runs:
+            pipeline.run_from_runs(args)
+        else:
+            (peers if args.peers else pipeline).run(args)
     return run_command(body, bad_input=(UsageError, SimInputError))
 
 

@@ -51,7 +51,7 @@ def hf_twin(model: Transformer, max_positions: int):
     with torch.device(device), init_empty_weights(include_buffers=False):
         twin = AutoModelForCausalLM.from_config(hf_config(model.config, max_positions), dtype=dtype)
     state = {("lm_head.weight" if name == "lm_head.weight" else f"model.{name}"): tensor
-             for name, tensor in model.state_dict().items()}
+             for name, tensor in model.checkpoint_state_dict().items()}
     result = twin.load_state_dict(state, strict=False, assign=True)
     missing = set(result.missing_keys) - ({"lm_head.weight"} if model.config.tie_word_embeddings else set())
     if missing or result.unexpected_keys:

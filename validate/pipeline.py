@@ -7,19 +7,21 @@ cover the prompts; predict; write the report. Everything lands in a staged folde
 from __future__ import annotations
 
 import itertools
+import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from unittest import mock
 
 from measure import __main__ as measure_cli
 from model.errors import UsageError
-from model.trace import write_summary, write_trace
+from model.trace import check_summary, check_trace_line, write_summary, write_trace
 from sim.scenario import GRAPHS
 
 from . import report
 from .closed_form import closed_form
-from .plan import (check_acceptance, check_out, check_profile, choose_prompts, default_out, devices, graphs_on,
+from .plan import (Config, check_acceptance, check_out, check_profile, choose_prompts, default_out, devices, graphs_on,
                    matrix, parse_heads, parse_ks, parse_schedules)
 from .predict import phase_rows, predict
 from .runs import control_for, decode, decoder, free_memory, load_pair, progress, records, references, run_config_dict
@@ -95,12 +97,64 @@ def run(args) -> Path:
         meta.update(_profile_meta(profile, args, pair_names=(args.target, args.draft)), notes=notes,
                     profile="profile.json" if args.measure else args.profile, measured_here=bool(args.measure))
         report.write(folder, results, meta)
+    _print_results(results, out)
+    return out
+
+
+def _print_results(results, out: Path) -> None:
     print(report.stdout_table(results))
     summary = report.errors_summary(results)
     print(f"simulator |error|: median {100 * summary['simulator'][0]:.1f}%, max {100 * summary['simulator'][1]:.1f}%; "
           f"closed form: median {100 * summary['closed_form'][0]:.1f}%, max {100 * summary['closed_form'][1]:.1f}%")
     print(f"wrote {out}/report.md, results.csv, scatter.png, phases.png, traces/")
+
+
+def run_from_runs(args) -> Path:
+    """--from-runs: the simulator and the closed form over configurations recorded earlier."""
+    if not args.profile or not args.out:
+        raise UsageError("--from-runs needs --profile (the profile to predict with) and --out")
+    source = Path(args.from_runs) / "traces"
+    summaries = sorted(source.glob("*.summary.json"))
+    if not summaries:
+        raise UsageError(f"--from-runs: no recorded runs (*.summary.json) in {source}")
+    recorded = [_recorded(path) for path in summaries]
+    first = recorded[0][3]["config"]
+    placement, graphs = first["placement"], first["graphs"]
+    profile = check_profile(args.profile, placement, graphs)
+    out = Path(args.out)
+    check_out(out)
+    drafted = next((r[3]["config"] for r in recorded if r[0].K), first)
+    control = drafted.get("acceptance_control")
+    meta = {"weights": first["weights"], "target": first["target"], "draft": drafted["draft"],
+            "target_info": "as recorded", "draft_info": "as recorded", "placement": placement, "graphs": graphs,
+            "acceptance": (f"acceptance control {' '.join(f'{k}={v}' for k, v in control.items())}" if control
+                           else "the draft's own proposals (no acceptance control)"),
+            "prompts": first["prompts"], "prompt_spec": f"runs recorded earlier, predicted again from {source}",
+            "max_new_tokens": first["max_new_tokens"], "warmup": None, "command": args.command}
+    with staged(out) as folder:
+        shutil.copytree(source, folder / "traces")
+        results, notes = _predict_all(recorded, args.profile, profile, placement, graphs, folder)
+        meta.update(_profile_meta(profile, args, pair_names=(first["target"], drafted["draft"])), notes=notes,
+                    profile=args.profile, measured_here=False)
+        report.write(folder, results, meta)
+    _print_results(results, out)
     return out
+
+
+def _recorded(summary_path: Path) -> tuple:
+    """(config, probes, trace lines, summary) of one recorded configuration, checked against the contract."""
+    summary = json.loads(summary_path.read_text())
+    where = str(summary_path)
+    try:
+        check_summary(summary, where)
+        c = summary["config"]
+        trace = summary_path.with_name(summary_path.name.replace(".summary.json", ".trace.jsonl"))
+        lines = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+        for line in lines:
+            check_trace_line(line, str(trace))
+    except (ValueError, KeyError, OSError) as error:
+        raise UsageError(f"--from-runs: {error}") from None
+    return Config(c["schedule"], c["head"], c["K"]), c["probes"], lines, summary
 
 
 def _predict_all(recorded, profile_path, profile, placement: str, graphs: bool, folder: Path):

@@ -108,7 +108,8 @@ def markdown(results: list[Result], meta: dict) -> str:
              f"- Acceptance: {meta['acceptance']}",
              f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
              f"{', '.join(meta['prompts'])}), {meta['max_new_tokens']} new tokens each, "
-             f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)",
+             + (f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)"
+                if meta["warmup"] is not None else "the runs' warm-up generations are not in their traces"),
              f"- Command: `{meta['command']}`", ""]
     lines += [f"> {w}" for w in meta["warnings"]] + ([""] if meta["warnings"] else [])
     med = errors_summary(results)

@@ -1,0 +1,32 @@
+"""Whether our Triton kernels can run here, and where they launch.
+
+Importing never fails. The kernels run on CUDA tensors, or on CPU tensors under triton's
+interpreter (TRITON_INTERPRET=1, set by the tests on machines without a GPU: slow, float32 only,
+since the interpreter's bfloat16 matmul is not exact).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = tl = None
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+AVAILABLE = triton is not None and (torch.cuda.is_available() or INTERPRETED)
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether the kernels can run on tensors of `device` here."""
+    return AVAILABLE and (device.type == "cuda" or (INTERPRETED and device.type == "cpu"))
+
+
+def launching_on(device: torch.device):
+    """Triton launches on the current CUDA device, not the tensors': make it the tensors'."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

@@ -1,0 +1,102 @@
+"""Our Triton kernels against the torch path, in float32: on the GPU where there is one (where tl.dot
+rounds float32 inputs to TF32, hence the looser tolerance), else on the CPU under triton's
+interpreter (whose bfloat16 matmul is not exact)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import flashhead_triton, fused_ops, triton_support
+from model.decoder import Decoder
+from model.flashhead import build_clustering
+from model.heads import DenseHead, FlashHead
+from model.loading import load_model
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.skipif(not triton_support.runs_on(DEVICE),
+                                reason="needs triton (on the CPU, its interpreter runs the kernels)")
+ROOM = 48
+TOL = 1e-4 if DEVICE.type == "cpu" else 3e-3  # relative to the largest value
+
+
+def _pair(spec):
+    reference = load_model(spec, DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="torch").model
+    fused = load_model(spec, DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="fused").model
+    return reference, fused
+
+
+@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq"])
+def test_fused_forward_matches_the_torch_path(spec):
+    reference, fused = _pair(spec)
+    assert fused.kernels == "fused" and not hasattr(fused.layers[0].self_attn, "q_proj")
+    prompt = torch.randint(0, 512, (1, 17), generator=torch.Generator().manual_seed(0))
+    step = torch.tensor([[5, 9, 200]])
+    for tokens, pos in ((prompt, torch.arange(17)), (step, torch.arange(17, 20)), (step[:, :1], torch.tensor([18]))):
+        tokens, pos = tokens.to(DEVICE), pos.to(DEVICE)
+        want, got = reference.forward_hidden(tokens, pos), fused.forward_hidden(tokens, pos)
+        assert (want - got).abs().max() < TOL * want.abs().max()
+
+
+def test_attention_reads_only_slots_up_to_the_last_position():
+    g = torch.Generator().manual_seed(0)
+    n_heads, n_kv, head_dim, slots = 4, 2, 16, 200
+    q = torch.randn(3, n_heads, head_dim, generator=g)
+    k_cache, v_cache = (torch.randn(1, n_kv, slots, head_dim, generator=g) for _ in range(2))
+    pos = torch.tensor([70, 71, 72])
+    k_cache[:, :, 73:], v_cache[:, :, 73:] = float("nan"), float("nan")  # never read
+    got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3)
+    got = got.view(3, n_heads, head_dim).cpu()
+    mask = torch.arange(slots)[None, :] <= pos[:, None]
+    for head in range(n_heads):
+        kv = head // (n_heads // n_kv)
+        want = F.scaled_dot_product_attention(q[None, None, :, head], k_cache[:, kv:kv + 1].nan_to_num(),
+                                              v_cache[:, kv:kv + 1].nan_to_num(), attn_mask=mask, scale=0.3)
+        assert torch.allclose(got[:, head], want[0, 0], atol=TOL)
+
+
+def test_cluster_selection_is_the_top_p_and_breaks_ties_by_lowest_id():
+    g = torch.Generator().manual_seed(0)
+    # Small integers: every score is exact in any order of summation, and distinct here.
+    centroids = torch.randint(-50, 50, (300, 24), generator=g).float()
+    hidden = torch.randint(-3, 4, (3, 24), generator=g).float()
+    scores = hidden @ centroids.t()
+    for probes in (1, 7, 300):
+        got = flashhead_triton.select_clusters(hidden.to(DEVICE), centroids.to(DEVICE), probes).cpu()
+        threshold = torch.topk(scores, probes, dim=-1).values[:, -1:]
+        assert got.shape == (3, probes) and torch.all(got[:, 1:] > got[:, :-1])
+        assert torch.all(scores.gather(1, got) >= threshold)  # the top p (ties at the threshold aside)
+    tied = torch.zeros(10, 4)
+    tied[[2, 6]] = 1.0  # two clear winners, then eight ties at 0
+    got = flashhead_triton.select_clusters(torch.ones(1, 4, device=DEVICE), tied.to(DEVICE), 5).cpu()
+    assert got.tolist() == [[0, 1, 2, 3, 6]]
+
+
+def test_flashhead_triton_backend_picks_the_torch_backends_tokens():
+    w = torch.randn(2048, 32, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    clustering = build_clustering(w, seed=0)
+    hidden = torch.randn(6, 32, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    for probes in (1, 4, clustering.clusters):
+        fast = FlashHead(w, clustering, probes=probes, backend="triton")
+        slow = FlashHead(w, clustering, probes=probes, backend="torch")
+        assert torch.equal(fast.argmax(hidden), slow.argmax(hidden))
+    assert torch.equal(FlashHead(w, clustering, probes=clustering.clusters, backend="triton").argmax(hidden),
+                       DenseHead(w).argmax(hidden))
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "pipelined", "deferred", "pipelined-deferred"])
+def test_speculative_output_is_target_greedy_with_fused_kernels(schedule):
+    target = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="fused").model
+    draft = load_model("tiny-qwen3-draft", DEVICE, "float32", seed=2, max_seq_len=ROOM, kernels="fused").model
+    w = draft.head_weight
+    head = FlashHead(w, build_clustering(w, seed=0), probes=4, backend="triton")
+    prompt = list(b"Hi there")
+    want = Decoder(target, K=1, graphs=False).reference(prompt, 10)
+    assert Decoder(target, draft, head, K=3, graphs=False).generate(prompt, 10, schedule).tokens == want
+
+
+@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq"])
+def test_checkpoint_state_dict_splits_merged_projections_back(spec):
+    reference, fused = _pair(spec)
+    want, got = reference.state_dict(), fused.checkpoint_state_dict()
+    assert sorted(want) == sorted(got)
+    assert all(torch.equal(want[name].cpu(), got[name].cpu()) for name in want)
