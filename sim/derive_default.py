@@ -2,8 +2,8 @@
 
     python -m sim.derive_default     # rewrites sim/data/default_profile.json
 
-The measured profile (reports/profiles/qwen3-32b-awq_qwen3-0.6b_two-gpu.json: synthetic weights on two
-H200s) carries costs; its agreement curve was measured on random weights, which the simulator
+The measured profile (reports/profiles/qwen3-32b-awq_qwen3-0.6b_two-gpu_fused.json: synthetic weights on
+two H200s, the decoder with its fused kernels, graphs on) carries costs; its agreement curve was measured on random weights, which the simulator
 ignores. The default swaps in the real-weight curve the study-derived profile uses (Gemma 3 270M,
 mapped to 9,496 clusters by the fraction of clusters probed), so `python -m sim --what-if probes=2`
 changes acceptance as a real head would. Both facts are written into the profile's notes.
@@ -15,7 +15,8 @@ from pathlib import Path
 
 from .derive_thesis import DATA, agreement
 
-MEASURED = Path(__file__).resolve().parent.parent / "reports" / "profiles" / "qwen3-32b-awq_qwen3-0.6b_two-gpu.json"
+MEASURED = (Path(__file__).resolve().parent.parent / "reports" / "profiles"
+            / "qwen3-32b-awq_qwen3-0.6b_two-gpu_fused.json")
 
 
 def default_profile(measured: dict) -> dict:
