@@ -14,7 +14,7 @@ from torch import nn
 
 from model import triton_support
 from model.awq import AWQLinear
-from model.config import SLIDING, ModelConfig
+from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
 from model.errors import UsageError
 from model.presets import PRESETS
@@ -99,8 +99,8 @@ def _use_kernels(model: Transformer, kernels: str | None) -> str:
     """Switches `model` to the fused kernels when asked, or by default where they apply."""
     if kernels is None:
         device = model.embed_tokens.weight.device
-        applies = model.config.arch == "qwen3" and SLIDING not in model.config.layer_types
-        kernels = "fused" if device.type == "cuda" and applies and triton_support.runs_on(device) else "torch"
+        fits = device.type == "cuda" and model.fused_kernels_cover and triton_support.runs_on(device)
+        kernels = "fused" if fits else "torch"
     if kernels == "fused":
         model.use_fused_kernels()
     return kernels

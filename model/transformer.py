@@ -265,11 +265,16 @@ class Transformer(nn.Module):
             x = layer(x, pos, *attention_inputs[layer.self_attn.sliding])
         return self.norm(x)
 
+    @property
+    def fused_kernels_cover(self) -> bool:
+        """Whether model/fused_ops.py implements this architecture (Qwen3, full attention only)."""
+        return self.config.arch == "qwen3" and self._layer_kinds == [False]
+
     def use_fused_kernels(self) -> None:
         """Runs forward_hidden through model/fused_ops.py (Qwen3 only). Merges each layer's q/k/v
         projections into `qkv_proj` and gate/up into `gate_up_proj`, one GEMM each; the separate
         modules are removed, so load weights (and quantize) first."""
-        if self.config.arch != "qwen3" or self._layer_kinds != [False]:
+        if not self.fused_kernels_cover:
             raise UsageError(f"fused kernels cover Qwen3 with full attention only, not {self.config.arch}")
         device = self.embed_tokens.weight.device
         if not triton_support.runs_on(device):
