@@ -8,10 +8,7 @@ one line `error: ...` on stderr, exit code 2, and nothing in --out.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -25,6 +22,7 @@ from model.flashhead import build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.prompts import select_prompts
+from model.staging import staged
 from model.tokenizer import check_compatible
 from model.trace import summarize, trace_lines, write_summary, write_trace
 
@@ -209,25 +207,15 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
 
 
 def _write_outputs(out: Path, results, summaries) -> None:
-    """All files into a temporary folder beside `out`, then moved in by renames."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the output folder is an ordinary one
-    try:
+    """Every schedule's trace and summary, added to `out` all at once (model/staging.py)."""
+    with staged(out, merge=True) as folder:
         for schedule, runs in results.items():
             config = summaries[schedule]["config"]
             lines = [line for pid, g in runs for line in
                      trace_lines(g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"],
                                  probes=config["probes"])]
-            write_trace(tmp / f"{schedule}.trace.jsonl", lines)
-            write_summary(tmp / f"{schedule}.summary.json", summaries[schedule])
-        if not out.exists():
-            os.rename(tmp, out)
-            return
-        for file in tmp.iterdir():
-            os.replace(file, out / file.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            write_trace(folder / f"{schedule}.trace.jsonl", lines)
+            write_summary(folder / f"{schedule}.summary.json", summaries[schedule])
 
 
 def _check_exact(results, references, args) -> dict[str, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from model.errors import UsageError
+from model.staging import staged
 from model.trace import PHASES, write_atomic
 from sim.report import render
 
@@ -25,7 +26,6 @@ from . import hf
 from .plan import (check_out, choose_prompts, default_out, devices, graphs_on, check_acceptance, parse_heads,
                    parse_ks)
 from .runs import control_for, decode, decoder, load_pair, progress, references
-from .staging import staged
 
 SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 TARGET_SPEEDUP = 2.5  # below this over the best Hugging Face row, the report shows where our time goes

@@ -16,6 +16,7 @@ from unittest import mock
 
 from measure import __main__ as measure_cli
 from model.errors import UsageError
+from model.staging import staged
 from model.trace import check_summary, check_trace_line, write_summary, write_trace
 from sim.scenario import GRAPHS
 
@@ -25,7 +26,6 @@ from .plan import (Config, check_acceptance, check_out, check_profile, choose_pr
                    matrix, parse_heads, parse_ks, parse_schedules)
 from .predict import phase_rows, predict
 from .runs import control_for, decode, decoder, free_memory, load_pair, progress, records, references, run_config_dict
-from .staging import staged
 
 
 def measure_argv(args, placement: str, graphs: bool, k_max: int, contexts, prompt_lengths, out: Path) -> list[str]:
