@@ -8,6 +8,8 @@ Within an int32, nibble i (bits 4i..4i+3) holds column AWQ_PACK_ORDER[i] of its 
 
 Forward kernels, tried in this order by `select_kernel` (the first that runs here and agrees with
 the dequantized reference on a probe input wins; `kernel` names it):
+  triton         our Triton w4a16 GEMM on this layout as it is (model/awq_triton.py), on CUDA; on the
+                 CPU under triton's interpreter only when named (slow, for tests; not bfloat16)
   awq_ext        AutoAWQ's compiled CUDA GEMM, when `awq_ext` is installed (fp16 activations)
   int4pack_cuda  torch.ops.aten._weight_int4pack_mm after a one-time repack (bf16 activations)
   int4pack_cpu   torch.ops.aten._weight_int4pack_mm_for_cpu after a one-time repack
@@ -25,9 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import awq_triton, triton_support
+
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 _NIBBLE_OF_COLUMN = tuple(AWQ_PACK_ORDER.index(column) for column in range(8))
-KERNELS = ("awq_ext", "int4pack_cuda", "int4pack_cpu", "dequant")
+KERNELS = ("triton", "awq_ext", "int4pack_cuda", "int4pack_cpu", "dequant")
 _TINYGEMM_MIDPOINT = 8
 _TINYGEMM_GROUP_SIZES = (32, 64, 128, 256)
 
@@ -140,7 +144,7 @@ class AWQLinear(nn.Module):
         disagrees with the dequantized reference."""
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"unknown AWQ kernel {kernel!r} (kernels: {', '.join(KERNELS)})")
-        for name in (kernel,) if kernel else KERNELS:
+        for name in (kernel,) if kernel else self._automatic_kernels():
             try:
                 run = getattr(self, f"_prepare_{name}")(dtype)
                 self._check_against_reference(name, run, dtype)
@@ -157,6 +161,10 @@ class AWQLinear(nn.Module):
             self.kernel, self._run = name, run
             return name
         raise AssertionError("the dequant kernel always works")
+
+    def _automatic_kernels(self) -> tuple[str, ...]:
+        """KERNELS in order, less triton off CUDA (its interpreter is for tests: named only)."""
+        return tuple(name for name in KERNELS if name != "triton" or self.qweight.device.type == "cuda")
 
     @torch.no_grad()
     def _check_against_reference(self, name: str, run, dtype: torch.dtype) -> None:
@@ -181,6 +189,22 @@ class AWQLinear(nn.Module):
     def _require_device(self, device_type: str) -> None:
         if self.qweight.device.type != device_type:
             raise KernelUnavailable(f"weights are on {self.qweight.device}, not {device_type}")
+
+    def _prepare_triton(self, dtype: torch.dtype):
+        device = self.qweight.device
+        if not triton_support.runs_on(device):
+            raise KernelUnavailable(f"our triton kernels cannot run on {device} here")
+        if device.type != "cuda" and dtype == torch.bfloat16:
+            raise KernelUnavailable("triton's interpreter computes bfloat16 dots wrongly")
+        reason = awq_triton.unsupported(self.in_features, self.out_features, self.group_size, dtype)
+        if reason:
+            raise KernelUnavailable(reason)
+
+        def run(x):
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), self.qweight, self.qzeros, self.scales, self.group_size)
+            return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+        return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):
         self._require_device("cuda")

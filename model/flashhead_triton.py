@@ -1,11 +1,16 @@
-"""FlashHead's greedy path in four launches and no host sync: centroid scores, top-p selection,
-then stage 2 (gather the probed clusters' rows, score them, argmax) and its final reduction.
+"""FlashHead's greedy path with no host sync: centroid scores, top-p selection, then stage 2 (gather
+the probed clusters' rows, score them, argmax) and its final reduction.
 
 Stage 1 (`select_clusters`): every centroid's score is the fp32 dot product with the hidden state,
-rounded to the head's dtype as F.linear's output is; one program per hidden state then finds the
-p-th highest score by bisection over order-preserving integer keys and writes the p cluster ids
-scoring above it, plus the lowest-index ties at it. torch.topk, which the torch path uses, picks
-among ties at the threshold in an unspecified order; otherwise the two choose the same clusters.
+rounded to the head's dtype as F.linear's output is, stored as an order-preserving integer key.
+The p-th highest key is found a byte at a time, highest first (2 levels for bf16 scores, which
+differ only in their top 16 bits): at each level programs count the keys at or above each of the 256
+candidate bytes, in parallel, so a level costs one launch over L2-resident keys rather than a loop
+of block-wide reductions in one program (that bisection, and a one-program radix select with
+tl.histogram, took 45-55 us of the head's ~80 on H200; reports/h200/flashhead_bench.txt). Then
+programs over slices of the clusters write the p cluster ids scoring above the threshold, plus the
+lowest-index ties at it, in id order. torch.topk, which the torch path uses, picks among ties at the threshold in an unspecified
+order; otherwise the two choose the same clusters.
 Stage 2 semantics, shared with `stage2_reference`: a candidate's score is the fp32 dot product of
 the hidden state (cast to the head's dtype) and its head row, rounded to the head's dtype as the
 dense head's logits are; the winner is the highest score, the lowest token id among exact ties
@@ -18,10 +23,20 @@ import torch
 
 from model.triton_support import AVAILABLE, launching_on, tl, triton
 
-BLOCK_C = 64  # centroids per program of the score kernel
-BLOCK_T = 32  # candidate tokens per program
-BLOCK_D = 128  # hidden elements per load
+# Launch shapes (Triton meta-parameters), from a sweep on H200 (reports/h200/flashhead_bench.py).
+CENTROID_LAUNCH = {"BLOCK_C": 4, "BLOCK_D": 256, "num_warps": 2}  # centroids per program, hidden per load
+SELECT_LAUNCH = {"SLICE": 512, "num_warps": 8}  # keys whose chosen ids a select program writes
+COUNT_LAUNCH = {"BINS": 4, "CHUNK": 1024, "num_warps": 4}  # byte values and keys per step of a count program
+STAGE2_LAUNCH = {"BLOCK_T": 16, "BLOCK_D": 256, "num_warps": 8}  # candidate tokens per program
+# Under triton's interpreter (CPU tests) every program is simulated in Python: fewest, widest programs.
+_INTERPRETER_LAUNCH = {"BLOCK_C": 64, "BINS": 256, "SLICE": 4096, "BLOCK_T": 64}
+
+
+def _launch(shape: dict, device: torch.device) -> dict:
+    return shape if device.type == "cuda" else {k: _INTERPRETER_LAUNCH.get(k, v) for k, v in shape.items()}
 FINAL_BLOCK = 1024  # partial keys reduced per loop step of the final kernel
+# Bytes of a key that can differ: a score rounded to bf16 (fp16) keeps its top 16 (19) bits.
+_SELECT_PASSES = {torch.bfloat16: 2, torch.float16: 3, torch.float32: 4}
 
 
 def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
@@ -41,17 +56,24 @@ def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: t
 
 def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int) -> torch.Tensor:
     """hidden [n, d] (the head's dtype), centroids [c, d] -> the ids [n, probes] of the highest-scoring
-    clusters, in increasing id order. Two launches, no sync."""
+    clusters, in increasing id order. 2 + levels launches (4 for bf16), no sync."""
     n, d = hidden.shape
     c = centroids.shape[0]
+    passes = _SELECT_PASSES[centroids.dtype]
     keys = torch.empty((n, c), dtype=torch.int32, device=hidden.device)
+    counts = torch.empty((passes, n, 256), dtype=torch.int32, device=hidden.device)
     out = torch.empty((n, probes), dtype=torch.int64, device=hidden.device)
-    block = triton.next_power_of_2(c)
     with launching_on(hidden.device):
-        _centroid_keys_kernel[(n, triton.cdiv(c, BLOCK_C))](
+        centroid_launch = _launch(CENTROID_LAUNCH, hidden.device)
+        _centroid_keys_kernel[(n, triton.cdiv(c, centroid_launch["BLOCK_C"]))](
             hidden, centroids, keys, c, d, ROUND_BF16=centroids.dtype == torch.bfloat16,
-            ROUND_FP16=centroids.dtype == torch.float16, BLOCK_C=BLOCK_C, BLOCK_D=BLOCK_D, num_warps=4)
-        _select_kernel[(n,)](keys, out, c, probes, BLOCK=block, num_warps=16 if block >= 8192 else 4)
+            ROUND_FP16=centroids.dtype == torch.float16, **centroid_launch)
+        count_launch = _launch(COUNT_LAUNCH, hidden.device)
+        for level in range(passes):
+            _count_kernel[(n, 256 // count_launch["BINS"])](keys, counts, c, probes, n, LEVEL=level, **count_launch)
+        select_launch = _launch(SELECT_LAUNCH, hidden.device)
+        _select_kernel[(n, triton.cdiv(c, select_launch["SLICE"]))](
+            keys, counts, out, c, probes, n, PASSES=passes, BLOCK=min(triton.next_power_of_2(c), 16384), **select_launch)
     return out
 
 
@@ -75,15 +97,15 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     cluster_ids = cluster_ids.contiguous()
     a = 0 if always is None else always.numel()
     always_ptr = members if a == 0 else always.contiguous()
-    blocks = triton.cdiv(p * b + a, BLOCK_T)
+    launch = _launch(STAGE2_LAUNCH, hidden.device)
+    blocks = triton.cdiv(p * b + a, launch["BLOCK_T"])
     partial = torch.empty((n, blocks), dtype=torch.int64, device=hidden.device)
     out = torch.empty((n,), dtype=torch.int64, device=hidden.device)
     with launching_on(hidden.device):
         _stage2_kernel[(n, blocks)](
             hidden, hidden.stride(0), cluster_ids, cluster_ids.stride(0), members, weight, weight.stride(0),
             always_ptr, partial, p, b, a, d, blocks,
-            ROUND_BF16=weight.dtype == torch.bfloat16, ROUND_FP16=weight.dtype == torch.float16,
-            BLOCK_T=BLOCK_T, BLOCK_D=BLOCK_D, num_warps=4)
+            ROUND_BF16=weight.dtype == torch.bfloat16, ROUND_FP16=weight.dtype == torch.float16, **launch)
         _final_kernel[(n,)](partial, out, blocks, BLOCK=FINAL_BLOCK, num_warps=4)
     return out
 
@@ -123,26 +145,73 @@ if triton is not None:
         tl.store(key_ptr + row * C + cl, key, mask=valid)
 
     @triton.jit
-    def _select_kernel(key_ptr, out_ptr, C, P, BLOCK: tl.constexpr):
-        """The p-th highest key T by bisection (count(key >= T) >= P for the largest such T), then
-        the ids above T and the first ties at T, written in id order."""
-        row = tl.program_id(0).to(tl.int64)
-        idx = tl.arange(0, BLOCK)
+    def _unsigned_keys(key_ptr, row, C, start, CHUNK: tl.constexpr):
+        """Keys [start, start + CHUNK) of a row as uint32 in the same order (absent ones: 0, the lowest)."""
+        idx = start + tl.arange(0, CHUNK)
         valid = idx < C
         key = tl.load(key_ptr + row * C + idx, mask=valid, other=-2147483648)
-        lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
-        hi = tl.max(key, axis=0).to(tl.int64)
-        for _ in range(32):  # the key range spans at most 2^32 values
-            mid = lo + (hi - lo + 1) // 2
-            enough = tl.sum((valid & (key >= mid)).to(tl.int32), axis=0) >= P
-            lo = tl.where(enough, mid, lo)
-            hi = tl.where(enough, hi, mid - 1)
-        above = valid & (key > lo)
-        tie = valid & (key == lo)
-        need = P - tl.sum(above.to(tl.int32), axis=0)
-        chosen = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
-        slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-        tl.store(out_ptr + row * P + slot, idx.to(tl.int64), mask=chosen)
+        return (key ^ -2147483648).to(tl.uint32, bitcast=True), valid
+
+    @triton.jit
+    def _prefix(count_ptr, row, n_rows, P, LEVELS: tl.constexpr):
+        """The top 8 * LEVELS bits of the p-th highest key, from the counts of levels 0..LEVELS-1:
+        at each level the highest byte value b whose count (keys at or above prefix.b) is >= P."""
+        bins = tl.arange(0, 256)
+        prefix = tl.zeros([], dtype=tl.uint32)
+        for level in tl.static_range(LEVELS):
+            count = tl.load(count_ptr + (level * n_rows + row) * 256 + bins)
+            best = tl.max(tl.where(count >= P, bins, 0), axis=0)
+            prefix = (prefix << 8) | best.to(tl.uint32)
+        return prefix
+
+    @triton.jit
+    def _count_kernel(key_ptr, count_ptr, C, P, n_rows, LEVEL: tl.constexpr, BINS: tl.constexpr,
+                      CHUNK: tl.constexpr):
+        """Program (row, j) counts, for each of BINS byte values b, the keys whose top 8 * (LEVEL + 1)
+        bits are >= (prefix found so far).b. 256 / BINS programs per level read the row's keys
+        (from L2) in parallel: a level is one launch."""
+        row = tl.program_id(0).to(tl.int64)
+        byte = tl.program_id(1) * BINS + tl.arange(0, BINS)
+        probe = (_prefix(count_ptr, row, n_rows, P, LEVEL) << 8) | byte.to(tl.uint32)
+        total = tl.zeros([BINS, CHUNK], dtype=tl.int32)
+        for start in range(0, C, CHUNK):
+            ukey, valid = _unsigned_keys(key_ptr, row, C, start, CHUNK)
+            top = ukey >> (24 - 8 * LEVEL)
+            total += (valid[None, :] & (top[None, :] >= probe[:, None])).to(tl.int32)
+        tl.store(count_ptr + (LEVEL * n_rows + row) * 256 + byte, tl.sum(total, axis=1))
+
+    @triton.jit
+    def _select_kernel(key_ptr, count_ptr, out_ptr, C, P, n_rows, PASSES: tl.constexpr, SLICE: tl.constexpr,
+                       BLOCK: tl.constexpr):
+        """Program (row, j) writes the chosen ids among keys [j * SLICE, (j + 1) * SLICE): the ids
+        above the threshold T (the p-th highest key's top 8 * PASSES bits, from the counts) and the
+        first ties at T. Keys rounded to a 16-bit float differ only in those bits (constant low
+        bits within a sign), so keys at T are exact ties. Each program counts the keys above T and
+        at T before its slice itself (a read of the row's keys from L2), so the ids land in id
+        order without a scan across programs."""
+        row = tl.program_id(0).to(tl.int64)
+        start = tl.program_id(1) * SLICE
+        threshold = _prefix(count_ptr, row, n_rows, P, PASSES)
+        shift = 32 - 8 * PASSES
+        above_all = tl.zeros([BLOCK], dtype=tl.int32)
+        above_before = tl.zeros([BLOCK], dtype=tl.int32)
+        ties_before = tl.zeros([BLOCK], dtype=tl.int32)
+        for s in range(0, C, BLOCK):
+            ukey, valid = _unsigned_keys(key_ptr, row, C, s, BLOCK)
+            before = (s + tl.arange(0, BLOCK)) < start
+            above = (valid & ((ukey >> shift) > threshold)).to(tl.int32)
+            above_all += above
+            above_before += tl.where(before, above, 0)
+            ties_before += (valid & before & ((ukey >> shift) == threshold)).to(tl.int32)
+        need = P - tl.sum(above_all, axis=0)
+        ties_taken = tl.minimum(tl.sum(ties_before, axis=0), need)
+        ukey, valid = _unsigned_keys(key_ptr, row, C, start, SLICE)
+        above = valid & ((ukey >> shift) > threshold)
+        tie = valid & ((ukey >> shift) == threshold)
+        tie_rank = tl.sum(ties_before, axis=0) + tl.cumsum(tie.to(tl.int32), axis=0)
+        chosen = above | (tie & (tie_rank <= need))
+        slot = tl.sum(above_before, axis=0) + ties_taken + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + row * P + slot, (start + tl.arange(0, SLICE)).to(tl.int64), mask=chosen)
 
     @triton.jit
     def _stage2_kernel(h_ptr, h_stride, cl_ptr, cl_stride, mem_ptr, w_ptr, w_stride, always_ptr, part_ptr,

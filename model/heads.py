@@ -54,7 +54,7 @@ class FlashHead:
     """Greedy multi-probe FlashHead: score all c centroids, keep the top `probes` clusters, score
     their probes * b tokens (and `always_tokens`) exactly, return the best.
 
-    backend: "triton" (model/flashhead_triton.py: four launches, stage 1 included) or "torch"
+    backend: "triton" (model/flashhead_triton.py: Triton kernels for both stages) or "torch"
     (cuBLAS centroid scores + torch.topk + a gather); None picks triton where it can run.
     """
 

@@ -2,11 +2,12 @@
 
     python -m sim.derive_default     # rewrites sim/data/default_profile.json
 
-The measured profile (reports/profiles/qwen3-32b-awq_qwen3-0.6b_two-gpu_fused.json: synthetic weights on
-two H200s, the decoder with its fused kernels, graphs on) carries costs; its agreement curve was measured on random weights, which the simulator
-ignores. The default swaps in the real-weight curve the study-derived profile uses (Gemma 3 270M,
-mapped to 9,496 clusters by the fraction of clusters probed), so `python -m sim --what-if probes=2`
-changes acceptance as a real head would. Both facts are written into the profile's notes.
+The measured profile (reports/profiles/qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json: synthetic weights
+on two H200s, the decoder with its fused kernels and Triton w4a16 GEMM, graphs on) carries costs; its
+agreement curve was measured on random weights, which the simulator ignores. The default swaps in
+the real-weight curve the study-derived profile uses (Gemma 3 270M, mapped to 9,496 clusters by the
+fraction of clusters probed), so `python -m sim --what-if probes=2` changes acceptance as a real
+head would. Both facts are written into the profile's notes.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from .derive_thesis import DATA, agreement
 
 MEASURED = (Path(__file__).resolve().parent.parent / "reports" / "profiles"
-            / "qwen3-32b-awq_qwen3-0.6b_two-gpu_fused.json")
+            / "qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json")
 
 
 def default_profile(measured: dict) -> dict:

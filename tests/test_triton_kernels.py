@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import flashhead_triton, fused_ops, triton_support
+from model import awq_triton, flashhead_triton, fused_ops, triton_support
+from model.awq import AWQLinear, KernelUnavailable
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
@@ -100,3 +101,89 @@ def test_checkpoint_state_dict_splits_merged_projections_back(spec):
     want, got = reference.state_dict(), fused.checkpoint_state_dict()
     assert sorted(want) == sorted(got)
     assert all(torch.equal(want[name].cpu(), got[name].cpu()) for name in want)
+
+
+def _awq_layer(in_features, out_features, group_size, seed=0):
+    layer = AWQLinear(in_features, out_features, group_size)
+    layer.randomize_(torch.Generator().manual_seed(seed))
+    return layer.to(DEVICE)
+
+
+def _awq_matmul(layer, x, **config):
+    return awq_triton.w4a16_matmul(x, layer.qweight, layer.qzeros, layer.scales, layer.group_size, **config)
+
+
+@pytest.mark.parametrize("shape", [(256, 128, 64), (256, 128, 128), (128, 48, 32)])
+def test_awq_triton_matmul_matches_the_dequantized_reference(shape):
+    layer = _awq_layer(*shape)
+    weight = layer.dequantize()
+    g = torch.Generator().manual_seed(1)
+    for m in (1, 5, 16, 17):
+        x = torch.randn(m, shape[0], generator=g).to(DEVICE)
+        want = F.linear(x, weight)
+        for config in ({}, {"split_k": 2}, {"block_n": 32, "block_k": 16}):
+            got = _awq_matmul(layer, x, **config)
+            assert got.shape == want.shape and got.dtype == x.dtype
+            assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+
+
+def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
+    layer = _awq_layer(512, 64, 64)
+    x = torch.randn(16, 512, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    one = _awq_matmul(layer, x, split_k=1)
+    for split_k in (2, 4, 8):
+        got = _awq_matmul(layer, x, split_k=split_k)
+        assert torch.equal(got, _awq_matmul(layer, x, split_k=split_k))  # bitwise, call after call
+        assert (got - one).abs().max() <= 1e-5 * one.abs().max()
+    with pytest.raises(ValueError):
+        _awq_matmul(layer, x, split_k=3)  # must divide the 8 groups
+
+
+def test_awq_triton_row_depends_only_on_its_own_input_row():
+    layer = _awq_layer(256, 64, 64)
+    g = torch.Generator().manual_seed(3)
+    for m in (16, 17):
+        x = torch.randn(m, 256, generator=g).to(DEVICE)
+        other = torch.randn(m, 256, generator=g).to(DEVICE)
+        other[3] = x[3]
+        for split_k in (1, 4):
+            assert torch.equal(_awq_matmul(layer, x, split_k=split_k)[3], _awq_matmul(layer, other, split_k=split_k)[3])
+    x = torch.randn(16, 256, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
+    assert torch.equal(_awq_matmul(layer, x)[:5], _awq_matmul(layer, x[:5].clone()))
+
+
+@pytest.mark.parametrize("shape", [(256, 128, 128), (128, 48, 32)])
+def test_awq_triton_half_activations_use_the_pairs_path(shape):
+    """The 16-bit path (magic pairs: their column order, the zero points subtracted as OFFSET + z) in
+    float16, a partial column block included: the interpreter's bfloat16 dot is wrong."""
+    layer = _awq_layer(*shape)
+    x = torch.randn(16, shape[0], generator=torch.Generator().manual_seed(4)).to(DEVICE, torch.float16)
+    want = F.linear(x.float(), layer.dequantize())
+    for split_k in (1, 2):
+        got = _awq_matmul(layer, x, split_k=split_k)
+        assert got.dtype == torch.float16
+        assert (got.float() - want).abs().max() <= 2e-3 * want.abs().max()
+
+
+def test_awq_triton_default_split_k_gives_four_programs_per_sm_from_four_to_eight_splits():
+    cpu = torch.device("cpu")  # counted as 132 SMs, as on H100 / H200
+    for (K, N, group), tuned in awq_triton.TUNED.items():  # the heuristic reproduces the measured winners
+        assert awq_triton.default_config(16, K, N, group, torch.float32, cpu) == tuned
+    assert awq_triton.default_config(1, 256, 64, 128, torch.float32, cpu)["split_k"] == 2  # 2 groups
+    assert awq_triton.default_config(1, 128 * 200, 51200, 128, torch.float32, cpu)["split_k"] == 4
+
+
+def test_awq_layer_selects_the_triton_kernel_by_name_and_on_cuda_by_default():
+    layer = _awq_layer(256, 64, 64)
+    x = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    assert layer.select_kernel("triton") == "triton"
+    torch.testing.assert_close(layer(x), F.linear(x, layer.dequantize()), rtol=1e-5, atol=1e-5)
+    automatic = layer.select_kernel()
+    if DEVICE.type == "cuda":
+        assert automatic == "triton"
+    else:  # off CUDA the interpreter is for tests: never chosen automatically
+        assert automatic in ("int4pack_cpu", "dequant")
+        with pytest.raises(KernelUnavailable):
+            layer.select_kernel("triton", dtype=torch.bfloat16)
+    with pytest.raises(KernelUnavailable):  # the kernel steps through K in powers of two
+        _awq_layer(96, 16, 48).select_kernel("triton")

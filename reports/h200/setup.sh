@@ -5,5 +5,5 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
-R=/tmp/results; mkdir -p $R
+R=/tmp/results; rm -rf $R; mkdir -p $R
 trap 'tar czf $OUT/results.tgz -C $R .' EXIT

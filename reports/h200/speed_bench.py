@@ -4,8 +4,11 @@
 
 Times, with CUDA events (median, p10, p90 of --reps after warm-up), each operation the way the
 decoder runs it: the 0.6B draft step (body; dense and FlashHead heads) with the fused and the torch
-layer kernels, graphs on and off; the 32B target step (fixed width 16, n = 1..8 new tokens) in
-bf16 and in AWQ int4. Floors: bytes read once / the measured copy rate.
+layer kernels, graphs on and off; the heads alone, per call inside a CUDA graph with L2 evicted
+before each call (`time_in_graph`, as the draft step pays them) and as one graph replay per call;
+the 32B target step (fixed width 16, n = 1..8 new tokens) in bf16 and in AWQ int4 with each int4
+kernel; and, in the same run, the Hugging Face eager forward of the same architectures
+(measure/hf_eager.py). Floors: bytes read once / the measured copy rate.
 """
 import argparse
 import json
@@ -13,7 +16,8 @@ import json
 import torch
 
 from measure.benchmarks import copy_bandwidth_gbs
-from measure.timing import time_op
+from measure.hf_eager import time_hf_forward
+from measure.timing import time_in_graph, time_op
 from model.awq import AWQLinear
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -48,16 +52,20 @@ def draft_rows(device, reps, bandwidth):
                 for backend in ("triton", "torch"):
                     heads[f"flashhead p={p} {backend}"] = FlashHead(w, clustering, probes=p, backend=backend)
             for name, head in heads.items():
+                floor = head.bytes_per_call() / bandwidth * 1e3
+                rows.append({"op": f"head {name}", "graphs": "in graph", "floor_ms": floor,
+                             **time_in_graph(head.argmax, states, device, reps=reps)})
                 for graphs in (True, False):
-                    rows.append({"op": f"head {name}", "graphs": graphs, "floor_ms": head.bytes_per_call() / bandwidth * 1e3,
+                    rows.append({"op": f"head {name}", "graphs": graphs, "floor_ms": floor,
                                  **timed(GraphedCall(head.argmax, enabled=graphs), states, device, reps)})
             for name, head in (("dense", heads["dense"]), ("flashhead", heads[f"flashhead p={clustering.clusters // 16} triton"])):
                 def step(tok, pos, head=head, model=model):
                     hidden = model.forward_hidden(tok, pos)
                     return head.argmax(hidden[0, -1:])
-                rows.append({"op": f"draft step + {name} head", "kernels": kernels, "graphs": True,
-                             "floor_ms": body_floor + head.bytes_per_call() / bandwidth * 1e3,
-                             **timed(GraphedCall(step), steps, device, reps)})
+                for graphs in (True, False):
+                    rows.append({"op": f"draft step + {name} head", "kernels": kernels, "graphs": graphs,
+                                 "floor_ms": body_floor + head.bytes_per_call() / bandwidth * 1e3,
+                                 **timed(GraphedCall(step, enabled=graphs), steps, device, reps)})
         del model, loaded
         torch.cuda.empty_cache()
     return rows
@@ -85,6 +93,18 @@ def target_rows(name, device, reps, bandwidth, awq_kernels):
     return rows
 
 
+def hf_rows(device, reps):
+    """The Hugging Face eager decode forward (DynamicCache, argmax of the last logits), this run."""
+    rows = []
+    for name, n_tokens in (("qwen3-0.6b", [1]), ("qwen3-32b", [1, 4, 8])):
+        result = time_hf_forward(name, device, n_tokens, CONTEXT, reps)
+        for n, t in result["forward_ms"].items():  # floors: those of our rows for the same model
+            rows.append({"op": f"HF eager {name} n={n}", "kernels": "transformers", "graphs": False,
+                         "floor_ms": None, **t})
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -95,11 +115,13 @@ def main():
     bandwidth = copy_bandwidth_gbs(device) * 1e9
     rows = draft_rows(device, args.reps, bandwidth)
     rows += target_rows("qwen3-32b", device, args.reps, bandwidth, [None])
-    rows += target_rows("qwen3-32b-awq", device, args.reps, bandwidth, [None])
+    rows += target_rows("qwen3-32b-awq", device, args.reps, bandwidth, ["triton", "int4pack_cuda"])
+    rows += hf_rows(device, args.reps)
     for r in rows:
-        print(f"{r['op']:<34} {r.get('kernels', ''):<6} {r.get('awq_kernel', ''):<14} graphs={'on ' if r['graphs'] else 'off'} "
-              f"{r['median_ms']:8.3f} ms [{r['p10_ms']:.3f}, {r['p90_ms']:.3f}]  floor {r['floor_ms']:.3f} "
-              f"({r['median_ms'] / r['floor_ms']:.2f}x)", flush=True)
+        graphs = {True: "on", False: "off"}.get(r["graphs"], r["graphs"])
+        floor = f"floor {r['floor_ms']:.3f} ({r['median_ms'] / r['floor_ms']:.2f}x)" if r["floor_ms"] else ""
+        print(f"{r['op']:<34} {r.get('kernels', ''):<12} {r.get('awq_kernel', ''):<14} graphs={graphs:<8} "
+              f"{r['median_ms']:8.3f} ms [{r['p10_ms']:.3f}, {r['p90_ms']:.3f}]  {floor}", flush=True)
     env = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "bandwidth_gbs": bandwidth / 1e9,
            "weights": "SYNTHETIC (seeded random values, real shapes)", "context": CONTEXT, "cache_slots": ROOM}
     with open(args.out, "w") as f:
