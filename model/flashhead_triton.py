@@ -4,13 +4,13 @@ the probed clusters' rows, score them, argmax) and its final reduction.
 Stage 1 (`select_clusters`): every centroid's score is the fp32 dot product with the hidden state,
 rounded to the head's dtype as F.linear's output is, stored as an order-preserving integer key.
 The p-th highest key is found a byte at a time, highest first (2 levels for bf16 scores, which
-differ only in their top 16 bits): at each level programs count the keys at or above each of the 256
-candidate bytes, in parallel, so a level costs one launch over L2-resident keys rather than a loop
-of block-wide reductions in one program (that bisection, and a one-program radix select with
-tl.histogram, took 45-55 us of the head's ~80 on H200; reports/h200/flashhead_bench.txt). Then
+differ only in their top 16 bits): at each level programs count the keys at or above each of the
+256 candidate bytes, in parallel, so a level costs one launch over L2-resident keys rather than a
+loop of block-wide reductions in one program (that bisection, and a one-program radix select with
+tl.histogram, took 45-55 us of the head's ~80 on H200: reports/h200/decoder_speed.md). Then
 programs over slices of the clusters write the p cluster ids scoring above the threshold, plus the
-lowest-index ties at it, in id order. torch.topk, which the torch path uses, picks among ties at the threshold in an unspecified
-order; otherwise the two choose the same clusters.
+lowest-index ties at it, in id order. torch.topk, which the torch path uses, picks among ties at
+the threshold in an unspecified order; otherwise the two choose the same clusters.
 Stage 2 semantics, shared with `stage2_reference`: a candidate's score is the fp32 dot product of
 the hidden state (cast to the head's dtype) and its head row, rounded to the head's dtype as the
 dense head's logits are; the winner is the highest score, the lowest token id among exact ties
@@ -23,20 +23,23 @@ import torch
 
 from model.triton_support import AVAILABLE, launching_on, tl, triton
 
-# Launch shapes (Triton meta-parameters), from a sweep on H200 (reports/h200/flashhead_bench.py).
+# Launch shapes (Triton meta-parameters), from a sweep on H200 (reports/h200/flashhead_bench.py,
+# record in reports/h200/session3/flashhead_bench.txt).
 CENTROID_LAUNCH = {"BLOCK_C": 4, "BLOCK_D": 256, "num_warps": 2}  # centroids per program, hidden per load
 SELECT_LAUNCH = {"SLICE": 512, "num_warps": 8}  # keys whose chosen ids a select program writes
-COUNT_LAUNCH = {"BINS": 4, "CHUNK": 1024, "num_warps": 4}  # byte values and keys per step of a count program
+COUNT_LAUNCH = {"BINS": 2, "CHUNK": 8192, "num_warps": 8}  # byte values and keys per step of a count program
 STAGE2_LAUNCH = {"BLOCK_T": 16, "BLOCK_D": 256, "num_warps": 8}  # candidate tokens per program
 # Under triton's interpreter (CPU tests) every program is simulated in Python: fewest, widest programs.
-_INTERPRETER_LAUNCH = {"BLOCK_C": 64, "BINS": 256, "SLICE": 4096, "BLOCK_T": 64}
+_INTERPRETER_LAUNCH = {"BLOCK_C": 64, "BINS": 256, "CHUNK": 1024, "SLICE": 4096, "BLOCK_T": 64}
+
+FINAL_BLOCK = 1024  # partial keys reduced per loop step of the final kernel
+# Bytes of a key that can differ (one count level each): a score rounded to bf16 (fp16) keeps its
+# top 16 (19) bits.
+_KEY_BYTES = {torch.bfloat16: 2, torch.float16: 3, torch.float32: 4}
 
 
 def _launch(shape: dict, device: torch.device) -> dict:
     return shape if device.type == "cuda" else {k: _INTERPRETER_LAUNCH.get(k, v) for k, v in shape.items()}
-FINAL_BLOCK = 1024  # partial keys reduced per loop step of the final kernel
-# Bytes of a key that can differ: a score rounded to bf16 (fp16) keeps its top 16 (19) bits.
-_SELECT_PASSES = {torch.bfloat16: 2, torch.float16: 3, torch.float32: 4}
 
 
 def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
@@ -59,9 +62,9 @@ def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int) 
     clusters, in increasing id order. 2 + levels launches (4 for bf16), no sync."""
     n, d = hidden.shape
     c = centroids.shape[0]
-    passes = _SELECT_PASSES[centroids.dtype]
+    levels = _KEY_BYTES[centroids.dtype]
     keys = torch.empty((n, c), dtype=torch.int32, device=hidden.device)
-    counts = torch.empty((passes, n, 256), dtype=torch.int32, device=hidden.device)
+    counts = torch.empty((levels, n, 256), dtype=torch.int32, device=hidden.device)
     out = torch.empty((n, probes), dtype=torch.int64, device=hidden.device)
     with launching_on(hidden.device):
         centroid_launch = _launch(CENTROID_LAUNCH, hidden.device)
@@ -69,11 +72,11 @@ def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int) 
             hidden, centroids, keys, c, d, ROUND_BF16=centroids.dtype == torch.bfloat16,
             ROUND_FP16=centroids.dtype == torch.float16, **centroid_launch)
         count_launch = _launch(COUNT_LAUNCH, hidden.device)
-        for level in range(passes):
+        for level in range(levels):
             _count_kernel[(n, 256 // count_launch["BINS"])](keys, counts, c, probes, n, LEVEL=level, **count_launch)
         select_launch = _launch(SELECT_LAUNCH, hidden.device)
         _select_kernel[(n, triton.cdiv(c, select_launch["SLICE"]))](
-            keys, counts, out, c, probes, n, PASSES=passes, BLOCK=min(triton.next_power_of_2(c), 16384), **select_launch)
+            keys, counts, out, c, probes, n, LEVELS=levels, BLOCK=min(triton.next_power_of_2(c), 16384), **select_launch)
     return out
 
 
@@ -181,18 +184,18 @@ if triton is not None:
         tl.store(count_ptr + (LEVEL * n_rows + row) * 256 + byte, tl.sum(total, axis=1))
 
     @triton.jit
-    def _select_kernel(key_ptr, count_ptr, out_ptr, C, P, n_rows, PASSES: tl.constexpr, SLICE: tl.constexpr,
+    def _select_kernel(key_ptr, count_ptr, out_ptr, C, P, n_rows, LEVELS: tl.constexpr, SLICE: tl.constexpr,
                        BLOCK: tl.constexpr):
         """Program (row, j) writes the chosen ids among keys [j * SLICE, (j + 1) * SLICE): the ids
-        above the threshold T (the p-th highest key's top 8 * PASSES bits, from the counts) and the
+        above the threshold T (the p-th highest key's top 8 * LEVELS bits, from the counts) and the
         first ties at T. Keys rounded to a 16-bit float differ only in those bits (constant low
         bits within a sign), so keys at T are exact ties. Each program counts the keys above T and
         at T before its slice itself (a read of the row's keys from L2), so the ids land in id
         order without a scan across programs."""
         row = tl.program_id(0).to(tl.int64)
         start = tl.program_id(1) * SLICE
-        threshold = _prefix(count_ptr, row, n_rows, P, PASSES)
-        shift = 32 - 8 * PASSES
+        threshold = _prefix(count_ptr, row, n_rows, P, LEVELS)
+        shift = 32 - 8 * LEVELS
         above_all = tl.zeros([BLOCK], dtype=tl.int32)
         above_before = tl.zeros([BLOCK], dtype=tl.int32)
         ties_before = tl.zeros([BLOCK], dtype=tl.int32)
@@ -204,11 +207,12 @@ if triton is not None:
             above_before += tl.where(before, above, 0)
             ties_before += (valid & before & ((ukey >> shift) == threshold)).to(tl.int32)
         need = P - tl.sum(above_all, axis=0)
-        ties_taken = tl.minimum(tl.sum(ties_before, axis=0), need)
+        ties_earlier = tl.sum(ties_before, axis=0)
+        ties_taken = tl.minimum(ties_earlier, need)
         ukey, valid = _unsigned_keys(key_ptr, row, C, start, SLICE)
         above = valid & ((ukey >> shift) > threshold)
         tie = valid & ((ukey >> shift) == threshold)
-        tie_rank = tl.sum(ties_before, axis=0) + tl.cumsum(tie.to(tl.int32), axis=0)
+        tie_rank = ties_earlier + tl.cumsum(tie.to(tl.int32), axis=0)
         chosen = above | (tie & (tie_rank <= need))
         slot = tl.sum(above_before, axis=0) + ties_taken + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
         tl.store(out_ptr + row * P + slot, (start + tl.arange(0, SLICE)).to(tl.int64), mask=chosen)
