@@ -258,12 +258,31 @@ def adaptive(ranks: torch.Tensor, top: torch.Tensor, fixed: dict, halves: tuple[
 
 # --- outputs ------------------------------------------------------------------------------------
 
-def agreement_figure(result: dict, path: Path) -> None:
+def _axes():
+    """A fresh figure and axes drawn off-screen (matplotlib is imported only when a figure is asked for)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt.subplots(figsize=(7, 4.5))
+
+
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Log-2 probes axis, labels, grid and legend, written to `path`."""
+    import matplotlib.pyplot as plt
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def agreement_figure(result: dict, path: Path) -> None:
     main = result["agreement"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _axes()
     ax.fill_between(main["probes"], *main["ci95"], alpha=0.2, color="k")
     ax.plot(main["probes"], main["r"], "k-o", lw=2, label=f"all ({main['n']} states)")
     for category, v in main["per_category"].items():
@@ -271,38 +290,21 @@ def agreement_figure(result: dict, path: Path) -> None:
     draft = result.get("draft_agreement")
     if draft:
         ax.plot(draft["probes"], draft["r"], "r-s", lw=1.5, label=f"early-exit {draft['layers']} layers ({draft['n']})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(f"probes p (of c = {result['clustering']['clusters']} clusters)")
-    ax.set_ylabel("r(p) = P(FlashHead argmax == dense argmax)")
-    ax.set_title(f"FlashHead recall, {result['model_label']} (real weights)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, f"probes p (of c = {result['clustering']['clusters']} clusters)",
+          "r(p) = P(FlashHead argmax == dense argmax)", f"FlashHead recall, {result['model_label']} (real weights)")
 
 
 def adaptive_figure(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     main, points = result["agreement"], result["adaptive"]["points"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _axes()
     ax.plot(main["probes"], main["r"], "k-o", lw=2, label="fixed p")
     for kind, marker in (("margin", "x"), ("window", "+")):
         chosen = [q for q in points if q["policy"] == kind]
         ax.scatter([q["mean_probes"] for q in chosen], [q["r"] for q in chosen], marker=marker, s=30,
                    label={"margin": "margin: p = small if top1-top2 > t else large",
                           "window": "window: p = #clusters within delta of the best"}[kind])
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("mean probes per state")
-    ax.set_ylabel("r = P(FlashHead argmax == dense argmax)")
-    ax.set_title(f"Adaptive vs fixed probes, {result['model_label']} (real weights)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, "mean probes per state", "r = P(FlashHead argmax == dense argmax)",
+          f"Adaptive vs fixed probes, {result['model_label']} (real weights)")
 
 
 def pareto(points: list[dict]) -> list[dict]:
