@@ -200,8 +200,15 @@ class AWQLinear(nn.Module):
         if reason:
             raise KernelUnavailable(reason)
 
+        # On a GPU, a copy of the buffers as column_blocks (the int4 weights twice in memory, as
+        # int4pack's repack also costs) and split-K tickets for up to 64 rows, both kept for every call.
+        blocked = device.type == "cuda" and self.out_features % 64 == 0
+        blocks = awq_triton.column_blocks(self.qweight, self.qzeros, self.scales, 64) if blocked else None
+        tickets = torch.zeros(4 * -(-self.out_features // 16), dtype=torch.int32, device=device)
+
         def run(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), self.qweight, self.qzeros, self.scales, self.group_size)
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), self.qweight, self.qzeros, self.scales, self.group_size,
+                                        blocks=blocks, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
         return run

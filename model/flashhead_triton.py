@@ -1,20 +1,27 @@
-"""FlashHead's greedy path with no host sync: centroid scores, top-p selection, then stage 2 (gather
-the probed clusters' rows, score them, argmax) and its final reduction.
+"""FlashHead's greedy path with no host sync, in three launches: centroid scores (which also count
+them), the selection of the p best clusters, then stage 2 (gather the probed clusters' rows, score
+them, argmax), whose last program writes the winner.
 
 Stage 1 (`select_clusters`): every centroid's score is the fp32 dot product with the hidden state,
 rounded to the head's dtype as F.linear's output is, stored as an order-preserving integer key.
-The p-th highest key is found a byte at a time, highest first (2 levels for bf16 scores, which
-differ only in their top 16 bits): at each level programs count the keys at or above each of the
-256 candidate bytes, in parallel, so a level costs one launch over L2-resident keys rather than a
-loop of block-wide reductions in one program (that bisection, and a one-program radix select with
-tl.histogram, took 45-55 us of the head's ~80 on H200: reports/h200/decoder_speed.md). Then
-programs over slices of the clusters write the p cluster ids scoring above the threshold, plus the
-lowest-index ties at it, in id order. torch.topk, which the torch path uses, picks among ties at
-the threshold in an unspecified order; otherwise the two choose the same clusters.
+The p-th highest key is found a byte at a time, highest first, from histograms the centroid
+programs build with atomic adds as they go: every key's top byte (level 0) and top 16 bits (level 1,
+one 256-bin table per top byte), so bf16 scores, which differ only in their top 16 bits, need no
+count pass at all (fp16 and fp32 keys add one count launch per further byte). Programs over slices
+of the clusters then read the threshold off the histograms (two 256-bin scans) and write, in id
+order, the ids scoring above it plus the lowest-index ties at it. Earlier designs spent 45-55 us
+(a one-program bisection, a one-program radix select) and then 22 us (a count launch per byte,
+each program re-reading every key) of the head's time here: reports/h200/decoder_speed.md.
+torch.topk, which the torch path uses, picks among ties at the threshold in an unspecified order;
+otherwise the two choose the same clusters.
 Stage 2 semantics, shared with `stage2_reference`: a candidate's score is the fp32 dot product of
 the hidden state (cast to the head's dtype) and its head row, rounded to the head's dtype as the
 dense head's logits are; the winner is the highest score, the lowest token id among exact ties
 (as `torch.argmax` over dense logits picks). Where the kernels run: model/triton_support.py.
+
+Programs meet through a `Workspace` in device memory: histograms, tickets and best keys, in two
+sets that alternate calls use, so each call's centroid kernel zeroes the previous call's set in
+passing and no launch is spent resetting.
 """
 
 from __future__ import annotations
@@ -24,22 +31,53 @@ import torch
 from model.triton_support import AVAILABLE, launching_on, tl, triton
 
 # Launch shapes (Triton meta-parameters), from a sweep on H200 (reports/h200/flashhead_bench.py,
-# record in reports/h200/session3/flashhead_bench.txt).
+# record in reports/h200/session4/flashhead_bench.txt).
 CENTROID_LAUNCH = {"BLOCK_C": 4, "BLOCK_D": 256, "num_warps": 2}  # centroids per program, hidden per load
-SELECT_LAUNCH = {"SLICE": 512, "num_warps": 8}  # keys whose chosen ids a select program writes
-COUNT_LAUNCH = {"BINS": 2, "CHUNK": 8192, "num_warps": 8}  # byte values and keys per step of a count program
-STAGE2_LAUNCH = {"BLOCK_T": 16, "BLOCK_D": 256, "num_warps": 8}  # candidate tokens per program
+COUNT_LAUNCH = {"CHUNK": 1024, "num_warps": 4}  # keys per program of a count launch (fp16, fp32 only)
+SELECT_LAUNCH = {"SLICE": 1024, "EARLIER": 16384, "num_warps": 4}  # keys a select program chooses from; at most
+# EARLIER keys per load when it counts ties before them
+STAGE2_LAUNCH = {"BLOCK_D": 128, "num_warps": 4}  # hidden elements per load of a stage-2 program
 # Under triton's interpreter (CPU tests) every program is simulated in Python: fewest, widest programs.
-_INTERPRETER_LAUNCH = {"BLOCK_C": 64, "BINS": 256, "CHUNK": 1024, "SLICE": 4096, "BLOCK_T": 64}
+_INTERPRETER_LAUNCH = {"BLOCK_C": 64, "CHUNK": 1024, "SLICE": 4096, "EARLIER": 2048}
 
-FINAL_BLOCK = 1024  # partial keys reduced per loop step of the final kernel
-# Bytes of a key that can differ (one count level each): a score rounded to bf16 (fp16) keeps its
-# top 16 (19) bits.
+# Bytes of a key that can differ (one histogram level each): a score rounded to bf16 (fp16) keeps
+# its top 16 (19) bits.
 _KEY_BYTES = {torch.bfloat16: 2, torch.float16: 3, torch.float32: 4}
+# A row's counters: its histogram, level 0 (256 counts of the top byte), level 1 (256 x 256 counts
+# of the top 16 bits), levels 2 and 3 (256 counts each, of the keys that match the prefix found above
+# them); then (row 0 only) the count of stage-2 programs done.
+_LEVEL1_AT, _DEEPER_AT = 256, 256 + 256 * 256
+_SCORED_AT = _DEEPER_AT + 2 * 256
+COUNTERS = _SCORED_AT + 1
+# Below every finite score's key (only a negative NaN could map this low).
+NO_KEY = -9223372036854775807
+
+
+class Workspace:
+    """Device state of the calls on `rows` hidden states: two sets of counters (and of each row's best
+    key), which alternate calls use, and the number of calls made, which picks the set. A call's
+    centroid kernel resets the other set (the previous call's) in passing and its stage 2 counts the
+    call when it ends, so no launch or sync is spent on resetting. Calls sharing a workspace run one
+    after another (one stream), each as select_clusters then stage2_argmax."""
+
+    def __init__(self, rows: int, device: torch.device):
+        self.rows = rows
+        self.counters = torch.zeros((2, rows, COUNTERS), dtype=torch.int32, device=device)
+        self.best = torch.full((2, rows), NO_KEY, dtype=torch.int64, device=device)
+        self.calls = torch.zeros((1,), dtype=torch.int32, device=device)
 
 
 def _launch(shape: dict, device: torch.device) -> dict:
-    return shape if device.type == "cuda" else {k: _INTERPRETER_LAUNCH.get(k, v) for k, v in shape.items()}
+    return dict(shape) if device.type == "cuda" else {k: _INTERPRETER_LAUNCH.get(k, v) for k, v in shape.items()}
+
+
+def _workspace(workspace: Workspace | None, rows: int, device: torch.device) -> Workspace:
+    if workspace is None:
+        return Workspace(rows, device)
+    if workspace.rows != rows or workspace.calls.device != device:
+        raise ValueError(f"workspace is for {workspace.rows} rows on {workspace.calls.device}, "
+                         f"the call has {rows} on {device}")
+    return workspace
 
 
 def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
@@ -57,37 +95,45 @@ def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: t
     return torch.where(scores == best, tokens, weight.shape[0]).amin(dim=1)
 
 
-def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int) -> torch.Tensor:
+def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int,
+                    workspace: Workspace | None = None) -> torch.Tensor:
     """hidden [n, d] (the head's dtype), centroids [c, d] -> the ids [n, probes] of the highest-scoring
-    clusters, in increasing id order. 2 + levels launches (4 for bf16), no sync."""
+    clusters, in increasing id order. 2 launches for bf16 (+1 per further key byte), no sync. With
+    a shared workspace, stage2_argmax must follow (it ends the call)."""
     n, d = hidden.shape
     c = centroids.shape[0]
     levels = _KEY_BYTES[centroids.dtype]
+    work = _workspace(workspace, n, hidden.device)
     keys = torch.empty((n, c), dtype=torch.int32, device=hidden.device)
-    counts = torch.empty((levels, n, 256), dtype=torch.int32, device=hidden.device)
     out = torch.empty((n, probes), dtype=torch.int64, device=hidden.device)
     with launching_on(hidden.device):
         centroid_launch = _launch(CENTROID_LAUNCH, hidden.device)
-        _centroid_keys_kernel[(n, triton.cdiv(c, centroid_launch["BLOCK_C"]))](
-            hidden, centroids, keys, c, d, ROUND_BF16=centroids.dtype == torch.bfloat16,
-            ROUND_FP16=centroids.dtype == torch.float16, **centroid_launch)
+        programs = triton.cdiv(c, centroid_launch["BLOCK_C"])
+        _centroid_keys_kernel[(n, programs)](
+            hidden, centroids, keys, work.counters, work.best, work.calls, c, d, n,
+            ROUND_BF16=centroids.dtype == torch.bfloat16, ROUND_FP16=centroids.dtype == torch.float16,
+            RESET=triton.next_power_of_2(triton.cdiv(COUNTERS, programs)), **centroid_launch)
         count_launch = _launch(COUNT_LAUNCH, hidden.device)
-        for level in range(levels):
-            _count_kernel[(n, 256 // count_launch["BINS"])](keys, counts, c, probes, n, LEVEL=level, **count_launch)
+        for level in range(2, levels):
+            _count_kernel[(n, triton.cdiv(c, count_launch["CHUNK"]))](
+                keys, work.counters, work.calls, c, probes, n, LEVEL=level, **count_launch)
         select_launch = _launch(SELECT_LAUNCH, hidden.device)
+        select_launch["EARLIER"] = min(triton.next_power_of_2(c), select_launch["EARLIER"])
         _select_kernel[(n, triton.cdiv(c, select_launch["SLICE"]))](
-            keys, counts, out, c, probes, n, LEVELS=levels, BLOCK=min(triton.next_power_of_2(c), 16384), **select_launch)
+            keys, work.counters, work.calls, out, c, probes, n, LEVELS=levels, **select_launch)
     return out
 
 
 def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
-                  weight: torch.Tensor, always: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton stage 2 with the signature and result of `stage2_reference`; two launches, no sync.
+                  weight: torch.Tensor, always: torch.Tensor | None = None,
+                  workspace: Workspace | None = None) -> torch.Tensor:
+    """Triton stage 2 with the signature and result of `stage2_reference`; one launch, no sync.
 
-    Program (row, block) scores BLOCK_T candidates and writes one packed 64-bit key
-    (order-preserving score bits << 32 | (2^32 - 1 - token id)), so the max key is the max score
-    with the lowest id; a second kernel max-reduces the keys of each row. Integer max is
-    order-independent, so the result is deterministic. Compile (call once) before CUDA-graph capture.
+    Program (row, j) scores the tokens of the row's j-th probed cluster (past the p clusters: the
+    next b always-scored tokens) and atomically maxes one packed 64-bit key
+    (order-preserving score bits << 32 | (2^32 - 1 - token id)) into the row's best, so the max key
+    is the max score with the lowest id; the last program of all writes the tokens and counts the call. Integer max is order-independent, so the result is deterministic. Compile (call
+    once) before CUDA-graph capture.
     """
     if not AVAILABLE:
         raise RuntimeError("flashhead_triton.stage2_argmax needs triton")
@@ -96,28 +142,32 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     b = members.shape[1]
     if weight.stride(1) != 1 or members.stride() != (b, 1):
         raise ValueError("weight rows and members must be contiguous")
+    work = _workspace(workspace, n, hidden.device)
     hidden = hidden.to(weight.dtype).contiguous()
     cluster_ids = cluster_ids.contiguous()
     a = 0 if always is None else always.numel()
     always_ptr = members if a == 0 else always.contiguous()
     launch = _launch(STAGE2_LAUNCH, hidden.device)
-    blocks = triton.cdiv(p * b + a, launch["BLOCK_T"])
-    partial = torch.empty((n, blocks), dtype=torch.int64, device=hidden.device)
+    blocks = p + triton.cdiv(a, b)
     out = torch.empty((n,), dtype=torch.int64, device=hidden.device)
     with launching_on(hidden.device):
         _stage2_kernel[(n, blocks)](
             hidden, hidden.stride(0), cluster_ids, cluster_ids.stride(0), members, weight, weight.stride(0),
-            always_ptr, partial, p, b, a, d, blocks,
-            ROUND_BF16=weight.dtype == torch.bfloat16, ROUND_FP16=weight.dtype == torch.float16, **launch)
-        _final_kernel[(n,)](partial, out, blocks, BLOCK=FINAL_BLOCK, num_warps=4)
+            always_ptr, work.counters, work.best, work.calls, out, p, b, a, d, blocks, n,
+            ROUND_BF16=weight.dtype == torch.bfloat16, ROUND_FP16=weight.dtype == torch.float16,
+            BLOCK_B=triton.next_power_of_2(b), ROWS=min(triton.next_power_of_2(n), 64), **launch)
     return out
 
 
 if triton is not None:
-    # Below every finite score's key (only a negative NaN could map this low). Globals used in
-    # kernels must be constexpr; int64 constants are built with tl.full so no literal is typed uint32.
-    _NO_KEY = tl.constexpr(-9223372036854775807)
+    # Globals used in kernels must be constexpr; int64 constants are built with tl.full so no
+    # literal is typed uint32.
+    _NO_KEY = tl.constexpr(NO_KEY)
     _LOW_MASK = tl.constexpr(4294967295)
+    _COUNTERS = tl.constexpr(COUNTERS)
+    _LEVEL1 = tl.constexpr(_LEVEL1_AT)
+    _DEEPER = tl.constexpr(_DEEPER_AT)
+    _SCORED = tl.constexpr(_SCORED_AT)
 
     @triton.jit
     def _ordered(s, ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr):
@@ -131,13 +181,30 @@ if triton is not None:
         return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
     @triton.jit
-    def _centroid_keys_kernel(h_ptr, c_ptr, key_ptr, C, D, ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr,
+    def _unsigned(key):
+        """int32 keys -> uint32 in the same order."""
+        return (key ^ -2147483648).to(tl.uint32, bitcast=True)
+
+    @triton.jit
+    def _set_row(calls_ptr, row, n_rows, OTHER: tl.constexpr):
+        """Index of this call's (OTHER: the previous call's) set of counters for `row`."""
+        parity = tl.load(calls_ptr) & 1
+        if OTHER:
+            parity = 1 - parity
+        return parity * n_rows + row
+
+    @triton.jit
+    def _centroid_keys_kernel(h_ptr, c_ptr, key_ptr, counter_ptr, best_ptr, calls_ptr, C, D: tl.constexpr, n_rows,
+                              ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr, RESET: tl.constexpr,
                               BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+        """Program (row, j): the keys of BLOCK_C centroids, counted into the row's histogram levels 0
+        and 1; and RESET of the previous call's counters for the row zeroed (its best key too)."""
         row = tl.program_id(0).to(tl.int64)
-        cl = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        j = tl.program_id(1)
+        cl = j * BLOCK_C + tl.arange(0, BLOCK_C)
         valid = cl < C
         acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
+        for d0 in tl.static_range(0, D, BLOCK_D):  # unrolled: every chunk's load in flight at once
             dd = d0 + tl.arange(0, BLOCK_D)
             dm = dd < D
             h = tl.load(h_ptr + row * D + dd, mask=dm, other=0.0).to(tl.float32)
@@ -146,96 +213,104 @@ if triton is not None:
             acc += w * h[None, :]
         key = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
         tl.store(key_ptr + row * C + cl, key, mask=valid)
+        ukey = _unsigned(key)
+        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        tl.atomic_add(hist + (ukey >> 24).to(tl.int32), 1, mask=valid, sem="relaxed")
+        tl.atomic_add(hist + _LEVEL1 + (ukey >> 16).to(tl.int32), 1, mask=valid, sem="relaxed")
+        previous = _set_row(calls_ptr, row, n_rows, True)
+        done = j * RESET + tl.arange(0, RESET)
+        tl.store(counter_ptr + previous * _COUNTERS + done, tl.zeros([RESET], dtype=tl.int32), mask=done < _COUNTERS)
+        if j == 0:
+            tl.store(best_ptr + previous, tl.full([], _NO_KEY, tl.int64))
 
     @triton.jit
-    def _unsigned_keys(key_ptr, row, C, start, CHUNK: tl.constexpr):
-        """Keys [start, start + CHUNK) of a row as uint32 in the same order (absent ones: 0, the lowest)."""
-        idx = start + tl.arange(0, CHUNK)
-        valid = idx < C
-        key = tl.load(key_ptr + row * C + idx, mask=valid, other=-2147483648)
-        return (key ^ -2147483648).to(tl.uint32, bitcast=True), valid
+    def _table(hist, level: tl.constexpr, prefix):
+        """Level `level`'s 256 counts in a row's histogram, given the prefix of the levels above."""
+        if level == 0:
+            return hist
+        elif level == 1:
+            return hist + _LEVEL1 + prefix.to(tl.int32) * 256
+        else:
+            return hist + _DEEPER + (level - 2) * 256
 
     @triton.jit
-    def _prefix(count_ptr, row, n_rows, P, LEVELS: tl.constexpr):
-        """The top 8 * LEVELS bits of the p-th highest key, from the counts of levels 0..LEVELS-1:
-        at each level the highest byte value b whose count (keys at or above prefix.b) is >= P."""
+    def _threshold(hist, P, LEVELS: tl.constexpr):
+        """From a row's histogram: the top 8 * LEVELS bits T of the p-th highest key (at each level
+        the highest byte value that keeps P keys at or above it), and how many keys lie above T."""
         bins = tl.arange(0, 256)
         prefix = tl.zeros([], dtype=tl.uint32)
+        above = tl.zeros([], dtype=tl.int32)
         for level in tl.static_range(LEVELS):
-            count = tl.load(count_ptr + (level * n_rows + row) * 256 + bins)
-            best = tl.max(tl.where(count >= P, bins, 0), axis=0)
+            count = tl.load(_table(hist, level, prefix) + bins)
+            reach = above + tl.cumsum(count, axis=0, reverse=True)  # keys at or above prefix.b, per b
+            best = tl.max(tl.where(reach >= P, bins, 0), axis=0)
+            above = tl.sum(tl.where(bins == best, reach - count, 0), axis=0)
             prefix = (prefix << 8) | best.to(tl.uint32)
-        return prefix
+        return prefix, above
 
     @triton.jit
-    def _count_kernel(key_ptr, count_ptr, C, P, n_rows, LEVEL: tl.constexpr, BINS: tl.constexpr,
-                      CHUNK: tl.constexpr):
-        """Program (row, j) counts, for each of BINS byte values b, the keys whose top 8 * (LEVEL + 1)
-        bits are >= (prefix found so far).b. 256 / BINS programs per level read the row's keys
-        (from L2) in parallel: a level is one launch."""
+    def _count_kernel(key_ptr, counter_ptr, calls_ptr, C, P, n_rows, LEVEL: tl.constexpr, CHUNK: tl.constexpr):
+        """Level LEVEL (2 or 3) of the histogram: program (row, j) counts byte LEVEL of the keys in
+        its chunk whose top 8 * LEVEL bits are the prefix found so far."""
         row = tl.program_id(0).to(tl.int64)
-        byte = tl.program_id(1) * BINS + tl.arange(0, BINS)
-        probe = (_prefix(count_ptr, row, n_rows, P, LEVEL) << 8) | byte.to(tl.uint32)
-        total = tl.zeros([BINS, CHUNK], dtype=tl.int32)
-        for start in range(0, C, CHUNK):
-            ukey, valid = _unsigned_keys(key_ptr, row, C, start, CHUNK)
-            top = ukey >> (24 - 8 * LEVEL)
-            total += (valid[None, :] & (top[None, :] >= probe[:, None])).to(tl.int32)
-        tl.store(count_ptr + (LEVEL * n_rows + row) * 256 + byte, tl.sum(total, axis=1))
+        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        prefix, _ = _threshold(hist, P, LEVEL)
+        idx = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+        valid = idx < C
+        ukey = _unsigned(tl.load(key_ptr + row * C + idx, mask=valid, other=0))
+        match = valid & ((ukey >> (32 - 8 * LEVEL)) == prefix)
+        byte = ((ukey >> (24 - 8 * LEVEL)) & 255).to(tl.int32)
+        tl.atomic_add(_table(hist, LEVEL, prefix) + byte, 1, mask=match, sem="relaxed")
 
     @triton.jit
-    def _select_kernel(key_ptr, count_ptr, out_ptr, C, P, n_rows, LEVELS: tl.constexpr, SLICE: tl.constexpr,
-                       BLOCK: tl.constexpr):
+    def _select_kernel(key_ptr, counter_ptr, calls_ptr, out_ptr, C, P, n_rows, LEVELS: tl.constexpr,
+                       SLICE: tl.constexpr, EARLIER: tl.constexpr):
         """Program (row, j) writes the chosen ids among keys [j * SLICE, (j + 1) * SLICE): the ids
-        above the threshold T (the p-th highest key's top 8 * LEVELS bits, from the counts) and the
-        first ties at T. Keys rounded to a 16-bit float differ only in those bits (constant low
-        bits within a sign), so keys at T are exact ties. Each program counts the keys above T and
-        at T before its slice itself (a read of the row's keys from L2), so the ids land in id
-        order without a scan across programs."""
+        above the threshold T and the first ties at T, in id order. Keys rounded to a 16-bit float
+        differ only in T's bits (constant low bits within a sign), so keys at T are exact ties
+        (common for bf16 scores: ~20 centroids share the threshold's value). Each program counts the
+        keys above T and at T before its slice itself (EARLIER keys per load, issued with the
+        histogram's), so the slots need no scan across programs."""
         row = tl.program_id(0).to(tl.int64)
         start = tl.program_id(1) * SLICE
-        threshold = _prefix(count_ptr, row, n_rows, P, LEVELS)
+        idx = start + tl.arange(0, SLICE)
+        valid = idx < C
+        key = tl.load(key_ptr + row * C + idx, mask=valid, other=0)
+        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        threshold, above = _threshold(hist, P, LEVELS)
         shift = 32 - 8 * LEVELS
-        above_all = tl.zeros([BLOCK], dtype=tl.int32)
-        above_before = tl.zeros([BLOCK], dtype=tl.int32)
-        ties_before = tl.zeros([BLOCK], dtype=tl.int32)
-        for s in range(0, C, BLOCK):
-            ukey, valid = _unsigned_keys(key_ptr, row, C, s, BLOCK)
-            before = (s + tl.arange(0, BLOCK)) < start
-            above = (valid & ((ukey >> shift) > threshold)).to(tl.int32)
-            above_all += above
-            above_before += tl.where(before, above, 0)
-            ties_before += (valid & before & ((ukey >> shift) == threshold)).to(tl.int32)
-        need = P - tl.sum(above_all, axis=0)
-        ties_earlier = tl.sum(ties_before, axis=0)
-        ties_taken = tl.minimum(ties_earlier, need)
-        ukey, valid = _unsigned_keys(key_ptr, row, C, start, SLICE)
-        above = valid & ((ukey >> shift) > threshold)
-        tie = valid & ((ukey >> shift) == threshold)
-        tie_rank = ties_earlier + tl.cumsum(tie.to(tl.int32), axis=0)
-        chosen = above | (tie & (tie_rank <= need))
-        slot = tl.sum(above_before, axis=0) + ties_taken + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-        tl.store(out_ptr + row * P + slot, (start + tl.arange(0, SLICE)).to(tl.int64), mask=chosen)
+        above_before = tl.zeros([], dtype=tl.int32)
+        ties_before = tl.zeros([], dtype=tl.int32)
+        for s in range(0, start, EARLIER):
+            every = s + tl.arange(0, EARLIER)
+            earlier = _unsigned(tl.load(key_ptr + row * C + every, mask=every < start, other=0)) >> shift
+            above_before += tl.sum(((every < start) & (earlier > threshold)).to(tl.int32), axis=0)
+            ties_before += tl.sum(((every < start) & (earlier == threshold)).to(tl.int32), axis=0)
+        need = P - above
+        top = _unsigned(key) >> shift
+        tie = valid & (top == threshold)
+        chosen = (valid & (top > threshold)) | (tie & (ties_before + tl.cumsum(tie.to(tl.int32), axis=0) <= need))
+        slot = above_before + tl.minimum(ties_before, need) + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + row * P + slot, idx.to(tl.int64), mask=chosen)
 
     @triton.jit
-    def _stage2_kernel(h_ptr, h_stride, cl_ptr, cl_stride, mem_ptr, w_ptr, w_stride, always_ptr, part_ptr,
-                       P, B, A, D, n_blocks,
+    def _stage2_kernel(h_ptr, h_stride, cl_ptr, cl_stride, mem_ptr, w_ptr, w_stride, always_ptr, counter_ptr,
+                       best_ptr, calls_ptr, out_ptr, P, B, A, D: tl.constexpr, n_blocks, n_rows,
                        ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+                       BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr):
         row = tl.program_id(0)
-        blk = tl.program_id(1)
-        t = blk * BLOCK_T + tl.arange(0, BLOCK_T)
-        n_members = P * B
-        is_member = t < n_members
-        is_always = (t >= n_members) & (t < n_members + A)
-        valid = is_member | is_always
-        slot = tl.where(is_member, t, 0)
-        cluster = tl.load(cl_ptr + row.to(tl.int64) * cl_stride + slot // B, mask=is_member, other=0)
-        tok_m = tl.load(mem_ptr + cluster.to(tl.int64) * B + slot % B, mask=is_member, other=0)
-        tok_a = tl.load(always_ptr + tl.where(is_always, t - n_members, 0), mask=is_always, other=0)
-        tok = tl.where(is_member, tok_m, tok_a).to(tl.int64)
-        acc = tl.zeros([BLOCK_T, BLOCK_D], dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
+        j = tl.program_id(1)
+        t = tl.arange(0, BLOCK_B)
+        if j < P:  # a probed cluster's tokens
+            cluster = tl.load(cl_ptr + row.to(tl.int64) * cl_stride + j)
+            valid = t < B
+            tok = tl.load(mem_ptr + cluster * B + t, mask=valid, other=0).to(tl.int64)
+        else:  # always-scored tokens
+            a = (j - P) * B + t
+            valid = (t < B) & (a < A)
+            tok = tl.load(always_ptr + a, mask=valid, other=0).to(tl.int64)
+        acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
+        for d0 in tl.static_range(0, D, BLOCK_D):  # unrolled: every chunk's load in flight at once
             dd = d0 + tl.arange(0, BLOCK_D)
             dm = dd < D
             h = tl.load(h_ptr + row.to(tl.int64) * h_stride + dd, mask=dm, other=0.0).to(tl.float32)
@@ -243,19 +318,17 @@ if triton is not None:
                         other=0.0).to(tl.float32)
             acc += w * h[None, :]
         ordered = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
-        low = tl.full([BLOCK_T], _LOW_MASK, tl.int64)
+        low = tl.full([BLOCK_B], _LOW_MASK, tl.int64)
         key = (ordered.to(tl.int64) << 32) | (low - tok)
-        key = tl.where(valid, key, tl.full([BLOCK_T], _NO_KEY, tl.int64))
-        tl.store(part_ptr + row.to(tl.int64) * n_blocks + blk, tl.max(key, axis=0))
-
-    @triton.jit
-    def _final_kernel(part_ptr, out_ptr, n_blocks, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        best = tl.full([BLOCK], _NO_KEY, dtype=tl.int64)
-        for start in range(0, n_blocks, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            key = tl.load(part_ptr + row.to(tl.int64) * n_blocks + offs, mask=offs < n_blocks, other=_NO_KEY)
-            best = tl.maximum(best, key)
-        top = tl.max(best, axis=0)
-        low = tl.full([], _LOW_MASK, tl.int64)
-        tl.store(out_ptr + row, low - (top & low))
+        key = tl.max(tl.where(valid, key, tl.full([BLOCK_B], _NO_KEY, tl.int64)), axis=0)
+        calls = tl.load(calls_ptr)
+        first = (calls & 1) * n_rows  # this call's set, row 0
+        tl.atomic_max(best_ptr + first + row, key, sem="relaxed")
+        if tl.atomic_add(counter_ptr + first * _COUNTERS + _SCORED, 1, sem="acq_rel") == n_rows * n_blocks - 1:
+            for r0 in range(0, n_rows, ROWS):  # the last program of all: every program's max is in
+                r = r0 + tl.arange(0, ROWS)
+                top = tl.atomic_max(best_ptr + first + r, tl.full([ROWS], _NO_KEY, tl.int64), mask=r < n_rows,
+                                    sem="relaxed")
+                mask = tl.full([ROWS], _LOW_MASK, tl.int64)
+                tl.store(out_ptr + r, mask - (top & mask), mask=r < n_rows)
+            tl.store(calls_ptr, calls + 1)  # the call is over: the next uses the other set

@@ -55,7 +55,9 @@ class FlashHead:
     their probes * b tokens (and `always_tokens`) exactly, return the best.
 
     backend: "triton" (model/flashhead_triton.py: Triton kernels for both stages) or "torch"
-    (cuBLAS centroid scores + torch.topk + a gather); None picks triton where it can run.
+    (cuBLAS centroid scores + torch.topk + a gather); None picks triton where it can run. The triton
+    backend keeps device counters per number of hidden states (a flashhead_triton.Workspace), so
+    calls on one head must run one after another, on one stream.
     """
 
     def __init__(self, weight: torch.Tensor, clustering: Clustering, probes: int | None = None,
@@ -85,6 +87,7 @@ class FlashHead:
         self.centroids = clustering.centroids.to(device=weight.device, dtype=weight.dtype).contiguous()
         self.members = clustering.members.to(device=weight.device, dtype=torch.long).contiguous()
         self.always = torch.tensor(always, dtype=torch.long, device=weight.device)
+        self._workspaces: dict[int, flashhead_triton.Workspace] = {}  # per number of hidden states
 
     @property
     def scored_rows(self) -> int:
@@ -107,8 +110,11 @@ class FlashHead:
     def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         h = _flat(hidden, self.weight)
         if self.backend == "triton":
-            cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes)
-            token = flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, self.always)
+            work = self._workspaces.get(h.shape[0])
+            if work is None:
+                work = self._workspaces[h.shape[0]] = flashhead_triton.Workspace(h.shape[0], h.device)
+            cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes, work)
+            token = flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, self.always, work)
         else:
             cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
             token = flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight, self.always)

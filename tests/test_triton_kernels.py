@@ -72,6 +72,33 @@ def test_cluster_selection_is_the_top_p_and_breaks_ties_by_lowest_id():
     assert got.tolist() == [[0, 1, 2, 3, 6]]
 
 
+def test_cluster_selection_ranks_ties_across_slices():
+    # More ties at the threshold than places, spread over several select programs: each must count
+    # the ties before its slice so that exactly the lowest-index ones are taken.
+    slice_ = flashhead_triton._launch(flashhead_triton.SELECT_LAUNCH, torch.device(DEVICE))["SLICE"]
+    c = 2 * slice_ + 100
+    tied = torch.zeros(c, 4)
+    winners = [2, 6, slice_ + 5, c - 1]
+    tied[winners] = 1.0
+    probes = slice_ + 50
+    got = flashhead_triton.select_clusters(torch.ones(1, 4, device=DEVICE), tied.to(DEVICE), probes).cpu()
+    ties = [i for i in range(c) if i not in winners][:probes - len(winners)]
+    assert got.tolist() == [sorted(winners + ties)]
+
+
+def test_flashhead_triton_workspace_alternates_counter_sets_and_leaves_the_next_one_zero():
+    w = torch.randn(2048, 32, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    always = range(7, 2048, 101)  # 21 always-scored tokens: two stage-2 programs of 16
+    head = FlashHead(w, build_clustering(w, seed=0), probes=5, always_tokens=always, backend="triton")
+    slow = FlashHead(w, build_clustering(w, seed=0), probes=5, always_tokens=always, backend="torch")
+    for calls, seed in enumerate((2, 3, 4), start=1):  # later calls reuse the first's workspace
+        hidden = torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+        assert torch.equal(head.argmax(hidden), slow.argmax(hidden))
+        work = head._workspaces[4]
+        assert work.calls.item() == calls
+        assert not work.counters[calls % 2].any() and torch.all(work.best[calls % 2] == flashhead_triton.NO_KEY)
+
+
 def test_flashhead_triton_backend_picks_the_torch_backends_tokens():
     w = torch.randn(2048, 32, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     clustering = build_clustering(w, seed=0)
@@ -131,12 +158,27 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
     layer = _awq_layer(512, 64, 64)
     x = torch.randn(16, 512, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     one = _awq_matmul(layer, x, split_k=1)
+    tickets = torch.zeros(4, dtype=torch.int32, device=DEVICE)  # kept across calls, as a layer keeps them
     for split_k in (2, 4, 8):
-        got = _awq_matmul(layer, x, split_k=split_k)
-        assert torch.equal(got, _awq_matmul(layer, x, split_k=split_k))  # bitwise, call after call
+        got = _awq_matmul(layer, x, split_k=split_k, tickets=tickets)
+        assert torch.equal(got, _awq_matmul(layer, x, split_k=split_k, tickets=tickets))  # bitwise, call after call
+        assert not tickets.any()  # the last split of each tile reset its ticket
         assert (got - one).abs().max() <= 1e-5 * one.abs().max()
     with pytest.raises(ValueError):
         _awq_matmul(layer, x, split_k=3)  # must divide the 8 groups
+
+
+def test_awq_triton_column_blocks_give_the_same_bits():
+    layer = _awq_layer(512, 128, 64)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    for block_n in (32, 64):
+        blocks = awq_triton.column_blocks(layer.qweight, layer.qzeros, layer.scales, block_n)
+        for config in ({"split_k": 1}, {"split_k": 4, "prefetch": False}):
+            want = _awq_matmul(layer, x, block_n=block_n, **config)
+            assert torch.equal(_awq_matmul(layer, x, blocks=blocks, **config), want)
+    half = _awq_layer(256, 128, 64)
+    with pytest.raises(ValueError):
+        _awq_matmul(layer, x, blocks=awq_triton.column_blocks(half.qweight, half.qzeros, half.scales, 64))
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
@@ -152,17 +194,18 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
     assert torch.equal(_awq_matmul(layer, x)[:5], _awq_matmul(layer, x[:5].clone()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))
 @pytest.mark.parametrize("shape", [(256, 128, 128), (128, 48, 32)])
-def test_awq_triton_half_activations_use_the_pairs_path(shape):
-    """The 16-bit path (magic pairs: their column order, the zero points subtracted as OFFSET + z) in
-    float16, a partial column block included: the interpreter's bfloat16 dot is wrong."""
+def test_awq_triton_half_activations_use_the_pairs_path(shape, dtype):
+    """The 16-bit path (magic pairs: their column order, the zero points subtracted as OFFSET + z), a
+    partial column block included. bfloat16 on GPU only: the interpreter's bfloat16 dot is wrong."""
     layer = _awq_layer(*shape)
-    x = torch.randn(16, shape[0], generator=torch.Generator().manual_seed(4)).to(DEVICE, torch.float16)
+    x = torch.randn(16, shape[0], generator=torch.Generator().manual_seed(4)).to(DEVICE, dtype)
     want = F.linear(x.float(), layer.dequantize())
     for split_k in (1, 2):
         got = _awq_matmul(layer, x, split_k=split_k)
-        assert got.dtype == torch.float16
-        assert (got.float() - want).abs().max() <= 2e-3 * want.abs().max()
+        assert got.dtype == dtype  # within the output's rounding (bf16 keeps 8 bits)
+        assert (got.float() - want).abs().max() <= (2e-3 if dtype == torch.float16 else 8e-3) * want.abs().max()
 
 
 def test_awq_triton_default_split_k_gives_four_programs_per_sm_from_four_to_eight_splits():

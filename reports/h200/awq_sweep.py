@@ -3,12 +3,16 @@
     python reports/h200/awq_sweep.py --out awq_sweep.json      # on the GPU machine, ~3 minutes
 
 For each merged projection of a Qwen3-32B layer (K x N: qkv 5120 x 10240, o_proj 8192 x 5120,
-gate_up 5120 x 51200, down 25600 x 5120; group 128; random AWQ buffers) at M = 16 bf16 rows, times
+gate_up 5120 x 51200, down 25600 x 5120; group 128; random AWQ buffers) at M = 8 bf16 rows (the
+session-3 record used 16), times
 torch's int4pack kernel and w4a16_matmul over configurations, each per call inside a CUDA graph with
 L2 evicted before each call (measure.timing.time_in_graph: as a decode step pays it). After the
 default configuration (TUNED's entry where the shape has one), stages, each starting from the best
-so far: B block_n x split_k (4 warps, 3 stages, block_k 128); C num_warps x num_stages; D block_k
-64. (The record reports/h200/awq_sweep.txt also has a stage A, the tile-building variants since
+so far: B block_n x split_k (4 warps, 1 stage, block_k 128, prefetch on); C prefetch (the next K
+step's loads issued before this step's math, or after it) x maxnreg (a register cap, for more
+programs per SM), then num_warps x num_stages; D block_k 64; E the weights as column_blocks, then
+stages and register cap again. (The session-3 record
+reports/h200/session3/sweeps/awq_sweep.txt also has a stage A, the tile-building variants since
 removed from the kernel; model/awq_triton.py's docstring cites them.) A configuration that fails to
 compile or disagrees with the dequantized reference (max error > 1% of the largest output) is
 printed and skipped. Floor: the bytes read once (codes, scales, zeros, x, y) / the measured copy
@@ -29,8 +33,8 @@ from model import awq_triton
 from model.awq import AWQLinear
 
 SHAPES = {"qkv": (5120, 10240), "o_proj": (8192, 5120), "gate_up": (5120, 51200), "down": (25600, 5120)}
-GROUP, ROWS, LAYERS, DTYPE = 128, 16, 64, torch.bfloat16
-BASE = {"num_warps": 4, "num_stages": 3, "block_k": 128}
+GROUP, ROWS, LAYERS, DTYPE = 128, 8, 64, torch.bfloat16  # 8 rows: a verify of K + 2 tokens at K = 6
+BASE = {"num_warps": 4, "num_stages": 1, "block_k": 128, "prefetch": True, "maxnreg": None}
 
 
 def weight_bytes(K, N):
@@ -54,8 +58,16 @@ class Sweep:
         key = json.dumps(config, sort_keys=True)
         t0 = time.monotonic()
         try:
+            launch = {k: v for k, v in config.items() if k != "column_blocks"}
+            blocks = (awq_triton.column_blocks(layer.qweight, layer.qzeros, layer.scales, config["block_n"])
+                      if config.get("column_blocks") else None)
+
+            # split-K tickets kept across calls, as a layer keeps them
+            tickets = torch.zeros(layer.out_features // 16, dtype=torch.int32, device=self.device)
+
             def fn(inp):
-                return awq_triton.w4a16_matmul(inp, layer.qweight, layer.qzeros, layer.scales, GROUP, **config)
+                return awq_triton.w4a16_matmul(inp, layer.qweight, layer.qzeros, layer.scales, GROUP, blocks=blocks,
+                                               tickets=tickets, **launch)
             got = fn(x).float()
             torch.cuda.synchronize(self.device)
             error = ((got - want).abs().max() / want.abs().max()).item()
@@ -114,13 +126,25 @@ def sweep_shape(sweep, name, K, N, bandwidth_gbs):
             if tiles < 66 or tiles > 8192:  # under half the SMs busy, or tiny programs: not worth the compile
                 continue
             run({**BASE, "block_n": block_n, "split_k": split_k})
-    print("  C: num_warps x num_stages", flush=True)
+    print("  C: prefetch x maxnreg, then num_warps x num_stages", flush=True)
     tile = best()
-    for num_warps in (4, 8):
-        for num_stages in (1, 2, 3, 4):
-            run({**tile, "num_warps": num_warps, "num_stages": num_stages})
+    for prefetch in (True, False):
+        for maxnreg in (None, 88, 96, 104):
+            run({**tile, "prefetch": prefetch, "maxnreg": maxnreg})
+    tile = best()
+    for num_warps, num_stages in ((4, 2), (4, 3), (8, 1), (8, 2)):
+        run({**tile, "num_warps": num_warps, "num_stages": num_stages})
     print("  D: block_k 64", flush=True)
     run({**best(), "block_k": 64})
+    print("  E: column blocks (the weights regrouped per block_n columns, contiguous per K step)", flush=True)
+    tile = best()
+    for block_n in (64, 128):
+        for split_k in split_choices(K):
+            if split_k <= 8:
+                run({**tile, "block_n": block_n, "split_k": split_k, "column_blocks": True})
+    tile = best()
+    for num_stages, maxnreg in ((1, None), (3, None), (3, 96)):
+        run({**tile, "num_stages": num_stages, "maxnreg": maxnreg})
 
     layer_summary = {"K": K, "N": N, "floor_ms": floor_ms, "int4pack_ms": int4pack_ms,
                      "default": {"config": default, "ms": default_result[0] if default_result else None},
