@@ -97,7 +97,7 @@ def _sm_count(device: torch.device) -> int:
 def default_config(M: int, K: int, N: int, group_size: int, dtype: torch.dtype, device: torch.device) -> dict:
     """The launch configuration w4a16_matmul uses when none is given: TUNED where it has the shape
     (16-bit activations, M <= 16), else what won there: block_n 64, 4 warps, 1 stage, block_k the
-    group (at most 128), the next step's loads prefetched, at most 96 registers per thread (6
+    group (at most 128), the next step's loads prefetched, at most 96 registers per thread (5
     programs per SM instead of 4; CUDA only), and split_k the smallest divisor of the group count
     from 4 up that gives at least 4 programs per SM, capped at 8 (the largest divisor <= 8 when none
     does)."""

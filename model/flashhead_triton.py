@@ -132,8 +132,9 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     Program (row, j) scores the tokens of the row's j-th probed cluster (past the p clusters: the
     next b always-scored tokens) and atomically maxes one packed 64-bit key
     (order-preserving score bits << 32 | (2^32 - 1 - token id)) into the row's best, so the max key
-    is the max score with the lowest id; the last program of all writes the tokens and counts the call. Integer max is order-independent, so the result is deterministic. Compile (call
-    once) before CUDA-graph capture.
+    is the max score with the lowest id; the last program of all writes the tokens and counts the
+    call. Integer max is order-independent, so the result is deterministic. Compile (call once)
+    before CUDA-graph capture.
     """
     if not AVAILABLE:
         raise RuntimeError("flashhead_triton.stage2_argmax needs triton")

@@ -152,7 +152,8 @@ def main():
     out["all_clusters_equal_dense"] = bool(torch.equal(want, full))
     print("FlashHead probing every cluster == dense head:", out["all_clusters_equal_dense"], flush=True)
     many = torch.randn(256, HIDDEN, device=device, generator=g).to(torch.bfloat16)
-    same = heads[f"flashhead p={probes[0]} triton"].argmax(many) == heads[f"flashhead p={probes[0]} torch"].argmax(many)
+    fast, slow = heads[f"flashhead p={probes[0]} triton"], heads[f"flashhead p={probes[0]} torch"]
+    same = fast.argmax(many) == slow.argmax(many)
     out["triton_equal_torch_backend"] = same.float().mean().item()
     print(f"FlashHead p={probes[0]}, triton == torch backend on 256 states: {same.float().mean().item():.4f}", flush=True)
     with open(args.out, "w") as f:
