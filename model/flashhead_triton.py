@@ -187,12 +187,22 @@ if triton is not None:
         return (key ^ -2147483648).to(tl.uint32, bitcast=True)
 
     @triton.jit
-    def _set_row(calls_ptr, row, n_rows, OTHER: tl.constexpr):
-        """Index of this call's (OTHER: the previous call's) set of counters for `row`."""
+    def _set_rows(calls_ptr, row, n_rows):
+        """Indices of `row` in this call's set of counters and in the previous call's."""
         parity = tl.load(calls_ptr) & 1
-        if OTHER:
-            parity = 1 - parity
-        return parity * n_rows + row
+        return parity * n_rows + row, (1 - parity) * n_rows + row
+
+    @triton.jit
+    def _row_dots(h, rows, valid, D: tl.constexpr, R: tl.constexpr, BLOCK_D: tl.constexpr):
+        """fp32 dot products of the D elements at h with the R rows starting at rows[i] (valid ones)."""
+        acc = tl.zeros([R, BLOCK_D], dtype=tl.float32)
+        for d0 in tl.static_range(0, D, BLOCK_D):  # unrolled: every chunk's load in flight at once
+            dd = d0 + tl.arange(0, BLOCK_D)
+            dm = dd < D
+            x = tl.load(h + dd, mask=dm, other=0.0).to(tl.float32)
+            w = tl.load(rows[:, None] + dd[None, :], mask=valid[:, None] & dm[None, :], other=0.0).to(tl.float32)
+            acc += w * x[None, :]
+        return tl.sum(acc, axis=1)
 
     @triton.jit
     def _centroid_keys_kernel(h_ptr, c_ptr, key_ptr, counter_ptr, best_ptr, calls_ptr, C, D: tl.constexpr, n_rows,
@@ -204,21 +214,14 @@ if triton is not None:
         j = tl.program_id(1)
         cl = j * BLOCK_C + tl.arange(0, BLOCK_C)
         valid = cl < C
-        acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
-        for d0 in tl.static_range(0, D, BLOCK_D):  # unrolled: every chunk's load in flight at once
-            dd = d0 + tl.arange(0, BLOCK_D)
-            dm = dd < D
-            h = tl.load(h_ptr + row * D + dd, mask=dm, other=0.0).to(tl.float32)
-            w = tl.load(c_ptr + cl.to(tl.int64)[:, None] * D + dd[None, :], mask=valid[:, None] & dm[None, :],
-                        other=0.0).to(tl.float32)
-            acc += w * h[None, :]
-        key = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
+        scores = _row_dots(h_ptr + row * D, c_ptr + cl.to(tl.int64) * D, valid, D, BLOCK_C, BLOCK_D)
+        key = _ordered(scores, ROUND_BF16, ROUND_FP16)
         tl.store(key_ptr + row * C + cl, key, mask=valid)
         ukey = _unsigned(key)
-        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        this, previous = _set_rows(calls_ptr, row, n_rows)
+        hist = counter_ptr + this * _COUNTERS
         tl.atomic_add(hist + (ukey >> 24).to(tl.int32), 1, mask=valid, sem="relaxed")
         tl.atomic_add(hist + _LEVEL1 + (ukey >> 16).to(tl.int32), 1, mask=valid, sem="relaxed")
-        previous = _set_row(calls_ptr, row, n_rows, True)
         done = j * RESET + tl.arange(0, RESET)
         tl.store(counter_ptr + previous * _COUNTERS + done, tl.zeros([RESET], dtype=tl.int32), mask=done < _COUNTERS)
         if j == 0:
@@ -254,7 +257,7 @@ if triton is not None:
         """Level LEVEL (2 or 3) of the histogram: program (row, j) counts byte LEVEL of the keys in
         its chunk whose top 8 * LEVEL bits are the prefix found so far."""
         row = tl.program_id(0).to(tl.int64)
-        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        hist = counter_ptr + _set_rows(calls_ptr, row, n_rows)[0] * _COUNTERS
         prefix, _ = _threshold(hist, P, LEVEL)
         idx = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
         valid = idx < C
@@ -277,7 +280,7 @@ if triton is not None:
         idx = start + tl.arange(0, SLICE)
         valid = idx < C
         key = tl.load(key_ptr + row * C + idx, mask=valid, other=0)
-        hist = counter_ptr + _set_row(calls_ptr, row, n_rows, False) * _COUNTERS
+        hist = counter_ptr + _set_rows(calls_ptr, row, n_rows)[0] * _COUNTERS
         threshold, above = _threshold(hist, P, LEVELS)
         shift = 32 - 8 * LEVELS
         above_before = tl.zeros([], dtype=tl.int32)
@@ -310,15 +313,8 @@ if triton is not None:
             a = (j - P) * B + t
             valid = (t < B) & (a < A)
             tok = tl.load(always_ptr + a, mask=valid, other=0).to(tl.int64)
-        acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
-        for d0 in tl.static_range(0, D, BLOCK_D):  # unrolled: every chunk's load in flight at once
-            dd = d0 + tl.arange(0, BLOCK_D)
-            dm = dd < D
-            h = tl.load(h_ptr + row.to(tl.int64) * h_stride + dd, mask=dm, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + tok[:, None] * w_stride + dd[None, :], mask=valid[:, None] & dm[None, :],
-                        other=0.0).to(tl.float32)
-            acc += w * h[None, :]
-        ordered = _ordered(tl.sum(acc, axis=1), ROUND_BF16, ROUND_FP16)
+        scores = _row_dots(h_ptr + row.to(tl.int64) * h_stride, w_ptr + tok * w_stride, valid, D, BLOCK_B, BLOCK_D)
+        ordered = _ordered(scores, ROUND_BF16, ROUND_FP16)
         low = tl.full([BLOCK_B], _LOW_MASK, tl.int64)
         key = (ordered.to(tl.int64) << 32) | (low - tok)
         key = tl.max(tl.where(valid, key, tl.full([BLOCK_B], _NO_KEY, tl.int64)), axis=0)
