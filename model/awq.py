@@ -8,8 +8,9 @@ Within an int32, nibble i (bits 4i..4i+3) holds column AWQ_PACK_ORDER[i] of its 
 
 Forward kernels, tried in this order by `select_kernel` (the first that runs here and agrees with
 the dequantized reference on a probe input wins; `kernel` names it):
-  triton         our Triton w4a16 GEMM on this layout as it is (model/awq_triton.py), on CUDA; on the
-                 CPU under triton's interpreter only when named (slow, for tests; not bfloat16)
+  triton         our Triton w4a16 GEMM (model/awq_triton.py) after a one-time repack into planes, on
+                 CUDA; on the CPU under triton's interpreter only when named (slow, for tests; not
+                 bfloat16)
   awq_ext        AutoAWQ's compiled CUDA GEMM, when `awq_ext` is installed (fp16 activations)
   int4pack_cuda  torch.ops.aten._weight_int4pack_mm after a one-time repack (bf16 activations)
   int4pack_cpu   torch.ops.aten._weight_int4pack_mm_for_cpu after a one-time repack
@@ -200,15 +201,14 @@ class AWQLinear(nn.Module):
         if reason:
             raise KernelUnavailable(reason)
 
-        # On a GPU, a copy of the buffers as column_blocks (the int4 weights twice in memory, as
-        # int4pack's repack also costs) and split-K tickets for up to 64 rows, both kept for every call.
-        blocked = device.type == "cuda" and self.out_features % 64 == 0
-        blocks = awq_triton.column_blocks(self.qweight, self.qzeros, self.scales, 64) if blocked else None
-        tickets = torch.zeros(4 * -(-self.out_features // 16), dtype=torch.int32, device=device)
+        # The weights repacked (the int4 codes twice in memory, as int4pack's repack also costs), and
+        # split-K tickets for up to 64 rows, both kept for every call.
+        planes = awq_triton.pack_planes(unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales,
+                                        self.group_size)
+        tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
 
         def run(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), self.qweight, self.qzeros, self.scales, self.group_size,
-                                        blocks=blocks, tickets=tickets)
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
         return run

@@ -23,6 +23,10 @@ from model.triton_support import launching_on as _on
 from model.triton_support import tl, triton
 
 ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
+# Query rows per attention program. 16 rather than up to 64: more programs walk the cache side by side
+# (Qwen3-32B, 8 tokens at 300 positions, H200: 8.6 us against 12.8 at 64 rows; the same bits,
+# reports/h200/session5/attention_bench.txt).
+ATTENTION_BLOCK_M = 16
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -62,12 +66,11 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
     rows = group * n  # the query rows of one KV head, stacked
-    block_m = 16 if rows <= 16 else 32 if rows <= 32 else 64
     out = torch.empty((n, n_heads * head_dim), dtype=q.dtype, device=q.device)
     with _on(q.device):
-        _attention_kernel[(n_kv, triton.cdiv(rows, block_m))](
+        _attention_kernel[(n_kv, triton.cdiv(rows, ATTENTION_BLOCK_M))](
             q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, GROUP=group, HEAD_DIM=head_dim,
-            BLOCK_M=block_m, BLOCK_N=ATTENTION_BLOCK_N, num_warps=4)
+            BLOCK_M=ATTENTION_BLOCK_M, BLOCK_N=ATTENTION_BLOCK_N, num_warps=4)
     return out
 
 

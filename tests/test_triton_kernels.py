@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from model import awq_triton, flashhead_triton, fused_ops, triton_support
-from model.awq import AWQLinear, KernelUnavailable
+from model.awq import AWQLinear, KernelUnavailable, unpack_int4
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
@@ -136,11 +136,36 @@ def _awq_layer(in_features, out_features, group_size, seed=0):
     return layer.to(DEVICE)
 
 
-def _awq_matmul(layer, x, **config):
-    return awq_triton.w4a16_matmul(x, layer.qweight, layer.qzeros, layer.scales, layer.group_size, **config)
+def _planes(layer, block_n=awq_triton.BLOCK_N):
+    return awq_triton.pack_planes(unpack_int4(layer.qweight), unpack_int4(layer.qzeros), layer.scales,
+                                  layer.group_size, block_n)
 
 
-@pytest.mark.parametrize("shape", [(256, 128, 64), (256, 128, 128), (128, 48, 32)])
+def _awq_matmul(layer, x, block_n=awq_triton.BLOCK_N, **config):
+    return awq_triton.w4a16_matmul(x, _planes(layer, block_n), **config)
+
+
+def test_awq_planes_hold_each_code_at_its_row_and_nibble():
+    # Row 128 s + 32 i + 16 h + j of column n is nibble i + 4 h of word (n // block_n, s, n % block_n, j);
+    # K and N are padded with zero codes and scales.
+    layer = _awq_layer(160, 40, 32)
+    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
+    planes = _planes(layer, 16)
+    assert planes.codes.shape == (3, 2, 16, 16) and planes.groups.shape == (3, 8, 16)
+    zero_points = planes.groups & 0xF
+    scales = (planes.groups >> 16).to(torch.int16).view(torch.float16)
+    words = planes.codes.cpu().to(torch.int64) & 0xFFFFFFFF
+    for k, n in ((0, 0), (17, 5), (45, 39), (128 + 20, 20), (159, 33)):
+        s, r = divmod(k, 128)
+        i, h, j = r // 32, r % 32 // 16, r % 16
+        assert (words[n // 16, s, n % 16, j] >> (4 * (i + 4 * h))) & 0xF == codes[k, n]
+        assert zero_points[n // 16, k // 32, n % 16] == zeros[k // 32, n]
+        assert scales[n // 16, k // 32, n % 16] == layer.scales[k // 32, n]
+    assert not (words[:, 1] & 0xFFF0FFF0).any()  # rows 160..255 (all but pair 0 of step 1): zero codes
+    assert not planes.groups[2, :, 8:].any() and not planes.groups[:, 5:].any()  # columns 40..47, groups 5..7
+
+
+@pytest.mark.parametrize("shape", [(256, 128, 64), (256, 128, 128), (128, 48, 32), (96, 40, 32), (512, 64, 256)])
 def test_awq_triton_matmul_matches_the_dequantized_reference(shape):
     layer = _awq_layer(*shape)
     weight = layer.dequantize()
@@ -148,72 +173,67 @@ def test_awq_triton_matmul_matches_the_dequantized_reference(shape):
     for m in (1, 5, 16, 17):
         x = torch.randn(m, shape[0], generator=g).to(DEVICE)
         want = F.linear(x, weight)
-        for config in ({}, {"split_k": 2}, {"block_n": 32, "block_k": 16}):
+        for config in ({}, {"split_k": 1, "block_n": 32}):
             got = _awq_matmul(layer, x, **config)
             assert got.shape == want.shape and got.dtype == x.dtype
             assert (got - want).abs().max() <= 1e-5 * want.abs().max()
 
 
 def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
-    layer = _awq_layer(512, 64, 64)
-    x = torch.randn(16, 512, generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    one = _awq_matmul(layer, x, split_k=1)
-    tickets = torch.zeros(4, dtype=torch.int32, device=DEVICE)  # kept across calls, as a layer keeps them
+    layer = _awq_layer(1024, 64, 64)
+    planes = _planes(layer, 64)
+    x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    one = awq_triton.w4a16_matmul(x, planes, split_k=1)
+    tickets = torch.zeros(1, dtype=torch.int32, device=DEVICE)  # kept across calls, as a layer keeps them
     for split_k in (2, 4, 8):
-        got = _awq_matmul(layer, x, split_k=split_k, tickets=tickets)
-        assert torch.equal(got, _awq_matmul(layer, x, split_k=split_k, tickets=tickets))  # bitwise, call after call
+        got = awq_triton.w4a16_matmul(x, planes, split_k=split_k, tickets=tickets)
+        assert torch.equal(got, awq_triton.w4a16_matmul(x, planes, split_k=split_k, tickets=tickets))  # bitwise
         assert not tickets.any()  # the last split of each tile reset its ticket
         assert (got - one).abs().max() <= 1e-5 * one.abs().max()
     with pytest.raises(ValueError):
-        _awq_matmul(layer, x, split_k=3)  # must divide the 8 groups
-
-
-def test_awq_triton_column_blocks_give_the_same_bits():
-    layer = _awq_layer(512, 128, 64)
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(5)).to(DEVICE)
-    for block_n in (32, 64):
-        blocks = awq_triton.column_blocks(layer.qweight, layer.qzeros, layer.scales, block_n)
-        for config in ({"split_k": 1}, {"split_k": 4, "prefetch": False}):
-            want = _awq_matmul(layer, x, block_n=block_n, **config)
-            assert torch.equal(_awq_matmul(layer, x, blocks=blocks, **config), want)
-    half = _awq_layer(256, 128, 64)
-    with pytest.raises(ValueError):
-        _awq_matmul(layer, x, blocks=awq_triton.column_blocks(half.qweight, half.qzeros, half.scales, 64))
+        awq_triton.w4a16_matmul(x, planes, split_k=3)  # must divide the 8 steps
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
-    layer = _awq_layer(256, 64, 64)
+    layer = _awq_layer(512, 64, 64)
+    planes = _planes(layer)
     g = torch.Generator().manual_seed(3)
     for m in (16, 17):
-        x = torch.randn(m, 256, generator=g).to(DEVICE)
-        other = torch.randn(m, 256, generator=g).to(DEVICE)
+        x = torch.randn(m, 512, generator=g).to(DEVICE)
+        other = torch.randn(m, 512, generator=g).to(DEVICE)
         other[3] = x[3]
         for split_k in (1, 4):
-            assert torch.equal(_awq_matmul(layer, x, split_k=split_k)[3], _awq_matmul(layer, other, split_k=split_k)[3])
-    x = torch.randn(16, 256, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
-    assert torch.equal(_awq_matmul(layer, x)[:5], _awq_matmul(layer, x[:5].clone()))
+            assert torch.equal(awq_triton.w4a16_matmul(x, planes, split_k=split_k)[3],
+                               awq_triton.w4a16_matmul(other, planes, split_k=split_k)[3])
+    x = torch.randn(16, 512, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
+    assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:5], awq_triton.w4a16_matmul(x[:5].clone(), planes))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))
-@pytest.mark.parametrize("shape", [(256, 128, 128), (128, 48, 32)])
+@pytest.mark.parametrize("shape", [(256, 128, 128), (128, 48, 32), (96, 40, 32)])
 def test_awq_triton_half_activations_use_the_pairs_path(shape, dtype):
-    """The 16-bit path (magic pairs: their column order, the zero points subtracted as OFFSET + z), a
-    partial column block included. bfloat16 on GPU only: the interpreter's bfloat16 dot is wrong."""
+    """The 16-bit path (PTX on a GPU, the same bits in Triton operations under the interpreter: the
+    masked pairs as OFFSET + q, minus OFFSET + z), partial column blocks and steps included.
+    bfloat16 on GPU only: the interpreter's bfloat16 dot is wrong."""
     layer = _awq_layer(*shape)
     x = torch.randn(16, shape[0], generator=torch.Generator().manual_seed(4)).to(DEVICE, dtype)
     want = F.linear(x.float(), layer.dequantize())
     for split_k in (1, 2):
+        if _planes(layer).codes.shape[1] % split_k:
+            continue
         got = _awq_matmul(layer, x, split_k=split_k)
         assert got.dtype == dtype  # within the output's rounding (bf16 keeps 8 bits)
         assert (got.float() - want).abs().max() <= (2e-3 if dtype == torch.float16 else 8e-3) * want.abs().max()
 
 
-def test_awq_triton_default_split_k_gives_four_programs_per_sm_from_four_to_eight_splits():
+def test_awq_triton_default_split_k_gives_two_programs_per_sm_from_four_to_eight_splits():
     cpu = torch.device("cpu")  # counted as 132 SMs, as on H100 / H200
-    for (K, N, group), tuned in awq_triton.TUNED.items():  # the heuristic reproduces the measured winners
-        assert awq_triton.default_config(16, K, N, group, torch.float32, cpu) == tuned
-    assert awq_triton.default_config(1, 256, 64, 128, torch.float32, cpu)["split_k"] == 2  # 2 groups
-    assert awq_triton.default_config(1, 128 * 200, 51200, 128, torch.float32, cpu)["split_k"] == 4
+    meta = torch.device("meta")
+    for (K, N), measured in {(5120, 10240): 4, (8192, 5120): 8, (5120, 51200): 4, (25600, 5120): 8}.items():
+        planes = awq_triton.Planes(torch.empty(N // 128, K // 128, 128, 16, device=meta), None, K, N, 128)
+        assert awq_triton.default_split_k(8, planes, cpu) == measured  # Qwen3-32B's shapes: what won on H200
+    tiny = awq_triton.Planes(torch.empty(1, 2, 128, 16, device=meta), None, 256, 64, 128)
+    assert awq_triton.default_split_k(1, tiny, cpu) == 2  # 2 steps
 
 
 def test_awq_layer_selects_the_triton_kernel_by_name_and_on_cuda_by_default():
