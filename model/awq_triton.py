@@ -29,12 +29,14 @@ bytes are in flight. The layout and the kernel are built for both:
   does not depend on M), never on the other rows.
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
 
-Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16; reports/h200/session5/): the
-previous kernel on AWQ's layout regrouped per 64 columns, which dequantized in a blocked layout and
-moved the bf16 tile through shared memory into the dot's layout (238 SASS instructions per step and
-warp), 10.34 ms per step; the planes without PTX (LLVM split each pair into 16-bit operations: 317
-instructions) about level with it; planes with the PTX pairs (277 instructions, 120 of them the
-dequantization) 9.06 ms. Earlier designs: reports/h200/session4/ and session3/.
+Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
+evicted; reports/h200/session5/): the previous kernel on AWQ's layout regrouped per 64 columns, which
+dequantized in a blocked layout and moved the bf16 tile through shared memory into the dot's layout
+(218 SASS instructions per 4 KB step and warp), 10.34 ms per step; planes without PTX (LLVM splits
+each pair into 16-bit operations: 317 instructions per 4 KB step) about level with it; with the PTX
+pairs (277) 9.06 ms; with each group's scale and zero point in one int32 8.05 ms (2.09x the floor
+of 3.85 ms; 427 instructions per 8 KB step at BLOCK_N 128). Earlier designs: reports/h200/session4/
+and session3/.
 Where the kernels run: model/triton_support.py.
 """
 
