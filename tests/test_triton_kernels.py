@@ -192,6 +192,11 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
         assert (got - one).abs().max() <= 1e-5 * one.abs().max()
     with pytest.raises(ValueError):
         awq_triton.w4a16_matmul(x, planes, split_k=3)  # must divide the 8 steps
+    with pytest.raises(ValueError):
+        awq_triton.w4a16_matmul(x[:, :512], planes)  # x must have the planes' input width
+    with pytest.raises(ValueError):
+        awq_triton.pack_planes(torch.zeros(64, 8, dtype=torch.int32), torch.zeros(4, 8, dtype=torch.int32),
+                               torch.ones(4, 8), 16)  # groups of 16 would split a pair of planes
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
