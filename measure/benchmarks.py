@@ -2,9 +2,6 @@
 
 Target and draft forwards run through `GraphedCall` exactly as the decoder runs them (a CUDA graph
 per shape with graphs on, eager with graphs off), on static caches, with device-side positions.
-The decode steps (target forwards, draft body, heads) are timed back to back, as the loop queues
-them: timed one at a time from an idle device, on two H200s the draft body read 6% under what the
-loop's steps took and FlashHead 11% over (reports/validation/README.md).
 """
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ def target_costs(b: Bench, graphs: bool) -> dict:
         for context in b.contexts:
             start = torch.tensor([context], device=b.target_device)
             inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
-            timing = b.time(step, inputs, b.target_device, back_to_back=True)
-            forward.append({"n_tokens": n, "context": context, **timing})
+            forward.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})
             b.tick(f"target forward n={n} ctx={context}")
     return {"forward_ms": {"points": forward}, "prefill_ms": {"points": _prefill(b, b.target, b.target_device)}}
 
@@ -92,18 +88,17 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     body_points = []
     for context in b.contexts:
         inputs = [(t, _positions(context, 1, device)) for t in b.tokens(1, device, vocab)]
-        body_points.append({"context": context, **b.time(body, inputs, device, back_to_back=True)})
+        body_points.append({"context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")
     states = [(torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
               for i in range(4)]
     dense = DenseHead(model.head_weight)
-    dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device, back_to_back=True)
+    dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device)
     b.tick("draft dense head")
     flash = []
     for p in b.probes:
         head = FlashHead(model.head_weight, b.clustering, probes=p)
-        timing = b.time(GraphedCall(head.argmax, enabled=graphs), states, device, back_to_back=True)
-        flash.append({"probes": p, **timing})
+        flash.append({"probes": p, **b.time(GraphedCall(head.argmax, enabled=graphs), states, device)})
         b.tick(f"draft FlashHead p={p}")
     cursor = torch.zeros(3, dtype=torch.long, device=device)
     moves = [(torch.full((3,), i, dtype=torch.long, device=device),) for i in range(4)]

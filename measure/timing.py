@@ -2,8 +2,7 @@
 
 Each repetition starts from an idle device (synchronized), so `host_ms` is what the host spends
 issuing the operation and `median_ms` is when its work is done: CUDA events on a GPU, the wall clock
-on the CPU. An operation whose host_ms is close to median_ms is launch-bound. `back_to_back` times
-the steps of a loop instead: repetitions queued behind each other, as the decoder issues them.
+on the CPU. An operation whose host_ms is close to median_ms is launch-bound.
 """
 from __future__ import annotations
 
@@ -34,35 +33,14 @@ def summarize(device_ms: list[float], host_ms: list[float]) -> dict:
 
 
 def time_op(fn: Callable, inputs: Sequence[tuple], device: torch.device, reps: int = 20, warmup: int = 3,
-            also_sync: Sequence[torch.device] = (), back_to_back: bool = False) -> dict:
+            also_sync: Sequence[torch.device] = ()) -> dict:
     """Time `fn(*inputs[i % len(inputs)])`; `also_sync` names other devices the operation touches
-    (their work is then timed by the host clock after synchronizing them all). `back_to_back` (CUDA
-    events only): the reps are issued one after another with no sync between, as the decoder's loop
-    issues its steps, and each is timed from the event before it to the one after: no launch gap
-    from an idle device, and the clocks of a busy one."""
+    (their work is then timed by the host clock after synchronizing them all)."""
     devices = [device, *also_sync]
     if device.type == "cuda":
         with torch.cuda.device(device):  # events record on the current device's stream: make it this one
-            if back_to_back and not also_sync:
-                return _time_back_to_back(fn, inputs, device, reps, warmup)
             return _time_op(fn, inputs, devices, reps, warmup, use_events=not also_sync)
     return _time_op(fn, inputs, devices, reps, warmup, use_events=False)
-
-
-def _time_back_to_back(fn, inputs, device: torch.device, reps: int, warmup: int) -> dict:
-    for i in range(warmup):
-        fn(*inputs[i % len(inputs)])
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    host_ms = []
-    torch.cuda.synchronize(device)
-    events[0].record()
-    for i in range(reps):
-        t0 = time.perf_counter()
-        fn(*inputs[(i + warmup) % len(inputs)])
-        host_ms.append((time.perf_counter() - t0) * 1000)
-        events[i + 1].record()
-    events[-1].synchronize()
-    return summarize([a.elapsed_time(b) for a, b in zip(events, events[1:])], host_ms)
 
 
 def _time_op(fn, inputs, devices, reps: int, warmup: int, use_events: bool) -> dict:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the lent 2 x H200 machine: the two-GPU cost profile with the decode steps (target forwards, draft
-# body, heads) timed back to back, with validate --measure's arguments; the validation's recorded runs
-# (step26) are then predicted again from it with python -m validate --from-runs.
+# body, heads) timed back to back (measure/timing.py's back_to_back option of commit 0ba54f0, since
+# reverted), with validate --measure's arguments; the validation's recorded runs (step26) were then
+# predicted again from it with python -m validate --from-runs. Record:
+# reports/h200/session5/intermediate/profile_step27_back_to_back.{json,md}.
 source reports/h200/setup.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version,temperature.gpu,clocks.sm --format=csv > $R/env.txt
 timeout 300 python3 -m measure --target qwen3-32b-awq --draft qwen3-0.6b --placement two-gpu --graphs on --k-max 8 \
