@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent 2 x H200 machine: the two-GPU cost profile with the decode steps (target forwards, draft
-# body, heads) timed back to back (measure/timing.py's back_to_back option of commit 0ba54f0, since
+# body, heads) timed back to back (measure/timing.py's back_to_back option of commit 0b7c6cf, since
 # reverted), with validate --measure's arguments; the validation's recorded runs (step26) were then
 # predicted again from it with python -m validate --from-runs. Record:
 # reports/h200/session5/intermediate/profile_step27_back_to_back.{json,md}.
