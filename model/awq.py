@@ -48,7 +48,7 @@ def pack_int4(values: torch.Tensor) -> torch.Tensor:
     packed = torch.zeros(rows, cols // 8, dtype=torch.int64, device=values.device)
     for nibble, column in enumerate(AWQ_PACK_ORDER):
         packed |= blocks[:, :, column] << (4 * nibble)
-    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)  # wrap to int32 bits
+    return awq_triton.int32_bits(packed)
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:

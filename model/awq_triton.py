@@ -85,6 +85,11 @@ def unsupported(in_features: int, out_features: int, group_size: int, dtype: tor
     return None
 
 
+def int32_bits(values: torch.Tensor) -> torch.Tensor:
+    """int64 values in 0 .. 2**32 - 1 -> int32 tensors with the same 32 bits."""
+    return torch.where(values >= 2**31, values - 2**32, values).to(torch.int32)
+
+
 def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group_size: int,
                 block_n: int = BLOCK_N) -> Planes:
     """codes [K, N] and zero points [K / group, N] (integers 0..15, unpacked), scales [K / group, N]
@@ -104,12 +109,12 @@ def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, 
     by_nibble = padded.view(k_padded // STEP_K, 4, 2, 16, blocks, block_n).permute(4, 0, 5, 3, 2, 1)
     shifts = 4 * (torch.arange(4, device=codes.device) + 4 * torch.arange(2, device=codes.device)[:, None])
     words = (by_nibble << shifts).sum(dim=(-2, -1))
-    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()  # int32 bits
+    words = int32_bits(words).contiguous()
 
     per_group = torch.zeros(groups, n_padded, dtype=torch.int64, device=codes.device)
     scale_bits = scales.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
     per_group[:zeros.shape[0], :N] = (scale_bits << 16) | zeros.to(torch.int64)
-    per_group = torch.where(per_group >= 2**31, per_group - 2**32, per_group).to(torch.int32)
+    per_group = int32_bits(per_group)
     return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), K, N, group_size)
 
 
