@@ -30,7 +30,7 @@ class Bench:
     draft_device: torch.device
     contexts: list[int]
     prompt_lengths: list[int]
-    k_max: int
+    K_max: int
     probes: list[int]
     clustering: Clustering
     reps: int
@@ -50,14 +50,14 @@ def _positions(start: int, n: int, device: torch.device) -> torch.Tensor:
 
 
 def target_costs(b: Bench, graphs: bool) -> dict:
-    """Target decode forward (new tokens -> greedy tokens, the dense head included) for n = 1..k_max+2
+    """Target decode forward (new tokens -> greedy tokens, the dense head included) for n = 1..K_max+2
     at each context, run by the decoder's own step (graphs, fixed width); prefill for each prompt
     length, eager, as the decoder runs it."""
     model = b.target.model
-    step = Decoder(model, K=b.k_max + 1, graphs=graphs).target_forward
+    step = Decoder(model, K=b.K_max + 1, graphs=graphs).target_forward
     vocab = model.config.vocab_size
     forward = []
-    for n in range(1, b.k_max + 3):
+    for n in range(1, b.K_max + 3):
         for context in b.contexts:
             start = torch.tensor([context], device=b.target_device)
             inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
@@ -144,8 +144,8 @@ BOOKKEEPING_NEW_TOKENS = 48
 
 def round_bookkeeping(b: Bench, prompt) -> dict:
     """Host time per round outside the device phases and the read, from a short real deferred run
-    (acceptance-controlled at 0.5, K = min(6, k_max)): the decoder's own per-round overhead."""
-    K, new_tokens = min(6, b.k_max), BOOKKEEPING_NEW_TOKENS
+    (acceptance-controlled at 0.5, K = min(6, K_max)): the decoder's own per-round overhead."""
+    K, new_tokens = min(6, b.K_max), BOOKKEEPING_NEW_TOKENS
     ids = b.target.tokenizer.encode(prompt.text)[: min(b.prompt_lengths)]
     control = AcceptanceControl("a=0.5", b.draft.model.config.vocab_size, b.draft.model.max_seq_len, b.draft_device)
     decoder = Decoder(b.target.model, b.draft.model, DenseHead(b.draft.model.head_weight), K=K,

@@ -1,17 +1,15 @@
-"""Assemble the measured costs into a profile (`flashspec.profile/1`) and a Markdown summary."""
+"""Assemble the measured costs into a cost profile (contracts.profile) and a Markdown summary."""
 from __future__ import annotations
 
 import datetime
-import json
 import platform
 import socket
 from pathlib import Path
 
 import torch
 
-from model.trace import write_atomic
-
-PROFILE_SCHEMA = "flashspec.profile/1"
+from contracts.files import write_atomic
+from contracts.profile import PROFILE_SCHEMA, write_profile
 
 
 def environment(devices: list[torch.device]) -> dict:
@@ -30,7 +28,7 @@ def environment(devices: list[torch.device]) -> dict:
             "python": platform.python_version(), "host": socket.gethostname(), "cpu": platform.processor()}
 
 
-def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, prompt_lengths, k_max, cache_slots,
+def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, prompt_lengths, K_max, cache_slots,
              regimes: dict, host: dict, clustering, agreement: dict | None, devices, notes: list[str]) -> dict:
     """The profile dict; `host` costs are shared by both regimes (they involve no forward)."""
     synthetic = "synthetic" in (target_info["weights"], draft_info["weights"])
@@ -42,7 +40,7 @@ def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, p
             "target": {k: target_info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel", "kernels")},
             "draft": {k: draft_info.get(k) for k in ("name", "weights", "dtype", "kernels")},
             "placement": placement, "context_lengths": list(contexts), "prompt_lengths": list(prompt_lengths),
-            "k_max": k_max, "cache_slots": cache_slots, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
+            "K_max": K_max, "cache_slots": cache_slots, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
         },
         "flashhead": {"clusters": clustering.clusters, "cluster_size": clustering.cluster_size,
                       "default_probes": clustering.default_probes,
@@ -56,7 +54,7 @@ def write(profile: dict, path: Path, floors: dict, command: str) -> tuple[Path, 
     """The profile JSON and its summary `<name>.md` beside it, each written whole or not at all."""
     summary = path.with_suffix(".md")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(profile, indent=1) + "\n")
+    write_profile(path, profile)
     write_atomic(summary, markdown(profile, floors, command))
     return path, summary
 

@@ -34,12 +34,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from model.decoder import Decoder
-from model.errors import UsageError
+from contracts import UsageError
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.prompts import load_questions
-from model.trace import write_atomic
+from contracts.files import write_atomic
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 STUDY_CATEGORIES = ("multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag")

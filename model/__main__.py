@@ -11,22 +11,20 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
+from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
+from contracts.cli import OneLineParser, parse_choices, require_modules
+from contracts.files import staged
+from contracts.trace import write_summary, write_trace
 
-from model.acceptance_control import AcceptanceControl, parse_spec
-from model.cli import OneLineParser, run_command
-from model.decoder import PLACEMENTS, SCHEDULES, Decoder, cache_room, placement_devices
-from model.errors import UsageError
-from model.flashhead import build_clustering, load_assets
-from model.heads import DenseHead, FlashHead
-from model.loading import load_model
-from model.prompts import select_prompts
-from model.staging import staged
-from model.tokenizer import check_compatible
-from model.trace import summarize, trace_lines, write_summary, write_trace
+require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
-HEADS = ("dense", "flashhead")
+from tqdm import tqdm  # noqa: E402
+
+from model.acceptance_control import parse_spec  # noqa: E402
+from model.cli import run_torch_command  # noqa: E402
+from model.pair import load_pair  # noqa: E402
+from model.prompts import select_prompts  # noqa: E402
+from model.trace import summarize, trace_lines  # noqa: E402
 EPILOG = """\
 prompt selections (--prompts):
   first:N            the first N Spec-Bench questions
@@ -38,8 +36,8 @@ acceptance control (--acceptance, synthetic weights only):
   pattern=1,1,0      ... by a fixed accept/reject pattern over output positions (repeated)
   The draft still runs its real body and head every step; only its proposal is replaced.
 
-outputs (--out DIR): SCHEDULE.trace.jsonl (flashspec.trace/1) and SCHEDULE.summary.json
-(flashspec.summary/1) for every schedule run; see docs/contracts.md.
+outputs (--out DIR): SCHEDULE.trace.jsonl (specloop.trace/1) and SCHEDULE.summary.json
+(specloop.summary/1) for every schedule run; see docs/contracts.md.
 
 examples:
   python -m model --placement cpu --prompts first:2 --max-new-tokens 32 --acceptance a=0.5 --check-exact
@@ -63,7 +61,7 @@ def parse_args(argv) -> argparse.Namespace:
     add("--K", type=int, default=6, help="draft tokens proposed per round, >= 1 (default 6)")
     add("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included (default 64)")
     add("--prompts", default="first:2", help="which Spec-Bench prompts (see below; default first:2)")
-    add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the shared Spec-Bench file)")
+    add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the copy shipped in model/data)")
     add("--placement", default=None,
         help=f"{', '.join(PLACEMENTS)}: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU "
              "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)")
@@ -84,33 +82,38 @@ def parse_args(argv) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    return run_command(lambda: run(parse_args(argv)))
+    return run_torch_command(lambda: run(parse_args(argv)))
 
 
 def run(args) -> int:
-    schedules = _schedules(args.schedule)
+    schedules = parse_choices(args.schedule, SCHEDULES, "schedule")
     _check_numbers(args)
+    if args.acceptance:
+        parse_spec(args.acceptance)
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
-    placement = args.placement or ("two-gpu" if torch.cuda.device_count() >= 2 else
-                                   "one-gpu" if torch.cuda.is_available() else "cpu")
-    devices = placement_devices(placement)
     prompts = select_prompts(args.prompts, args.prompts_file)
-    target, draft, weights = _load(args, devices, speculative=any(s != "baseline" for s in schedules))
-    ids = [target.tokenizer.encode(p.text) for p in prompts]
+    speculative = any(s != "baseline" for s in schedules)
+    pair = load_pair(args.target, args.draft if speculative else None, args.placement, args.dtype, args.seed,
+                     args.kernels, args.clustering)
+    ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
     reference_len = args.max_new_tokens + (2 * args.K + 2 if args.acceptance else 0)
-    dec, control = _decoder(args, target, draft, devices[1], room=cache_room(max(map(len, ids)), reference_len, args.K))
+    pair.size_caches([len(x) for x in ids], reference_len, args.K)
+    control = pair.acceptance_control(args.acceptance) if speculative else None
+    head = pair.head(args.head, args.probes) if speculative else None
+    decoder = pair.decoder(head, args.K, graphs=args.graphs == "on", control=control, phases=args.phases == "on",
+                           stop_at_eos=args.stop_at_eos)
     needs_reference = control is not None or args.check_exact
-    references = {p.id: dec.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
-    results = _decode(dec, schedules, prompts, ids, references, control, args)
-    config = {"target": args.target, "draft": args.draft if draft else None, "weights": weights,
-              "placement": placement, "graphs": dec.graphs, "kernels": target.info["kernels"],
-              "awq_kernel": target.info["kernel"], "max_new_tokens": args.max_new_tokens,
+    references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
+    results = _decode(decoder, schedules, prompts, ids, references, control, args)
+    config = {"target": args.target, "draft": args.draft if speculative else None, "weights": pair.weights,
+              "placement": pair.placement, "graphs": decoder.graphs, "kernels": pair.target.info["kernels"],
+              "awq_kernel": pair.target.info["kernel"], "max_new_tokens": args.max_new_tokens,
               "prompts": [p.id for p in prompts]}
     if control is not None:
         config["acceptance_control"] = control.describe()
-    summaries = {s: summarize({**config, **_head_config(s, dec, args)}, runs) for s, runs in results.items()}
+    summaries = {s: summarize({**config, **_head_config(s, head, args)}, runs) for s, runs in results.items()}
     if out is not None:
         _write_outputs(out, results, summaries)
     mismatches = _check_exact(results, references, args) if args.check_exact else {}
@@ -120,49 +123,11 @@ def run(args) -> int:
     return 1 if mismatches else 0
 
 
-def _load(args, devices, speculative: bool):
-    """Target, draft (None when only the baseline runs) and "synthetic" | "real"."""
-    if args.acceptance:
-        parse_spec(args.acceptance)
-    target = load_model(args.target, devices[0], args.dtype, args.seed, max_seq_len=1, kernels=args.kernels)
-    draft = (load_model(args.draft, devices[1], args.dtype, args.seed + 1, max_seq_len=1, kernels=args.kernels)
-             if speculative else None)
-    if draft is not None:
-        check_compatible(target.tokenizer, draft.tokenizer, target.model.config.vocab_size,
-                         draft.model.config.vocab_size)
-    weights = "synthetic" if any(m.info["weights"] == "synthetic" for m in (target, draft) if m) else "real"
-    if args.acceptance and weights == "real":
-        raise UsageError("--acceptance replaces the draft's proposals; it is for synthetic weights only")
-    return target, draft, weights
-
-
-def _decoder(args, target, draft, draft_device, room: int):
-    """The Decoder (caches sized to `room` slots, graphs captured) and its acceptance control."""
-    for m in (target, draft):
-        if m is not None:
-            m.model.setup_cache(room)
-    control = None
-    if args.acceptance and draft is not None:
-        control = AcceptanceControl(args.acceptance, target.model.config.vocab_size, room, draft_device, args.seed)
-    dec = Decoder(target.model, draft.model if draft else None, _draft_head(args, draft) if draft else None,
-                  K=args.K, graphs=args.graphs == "on", control=control, phases=args.phases == "on",
-                  eos_id=target.tokenizer.eos_token_id, stop_at_eos=args.stop_at_eos)
-    return dec, control
-
-
-def _head_config(schedule: str, dec, args) -> dict:
+def _head_config(schedule: str, head, args) -> dict:
     if schedule == "baseline":
         return {"schedule": schedule, "K": 0, "head": "dense", "probes": None}
-    probes = dec.draft_head.probes if isinstance(dec.draft_head, FlashHead) else None
+    probes = getattr(head, "probes", None)
     return {"schedule": schedule, "K": args.K, "head": args.head, "probes": probes}
-
-
-def _schedules(spec: str) -> list[str]:
-    chosen = list(SCHEDULES) if spec == "all" else [s.strip() for s in spec.split(",")]
-    unknown = [s for s in chosen if s not in SCHEDULES]
-    if unknown or not chosen:
-        raise UsageError(f"unknown schedule {', '.join(unknown) or spec!r}; valid: {', '.join(SCHEDULES)}, or all")
-    return chosen
 
 
 def _check_numbers(args) -> None:
@@ -176,15 +141,6 @@ def _check_numbers(args) -> None:
         raise UsageError(f"unknown head {args.head!r}; valid: {', '.join(HEADS)}")
     if args.head == "dense" and (args.probes is not None or args.clustering):
         raise UsageError("--probes and --clustering apply to --head flashhead only")
-
-
-def _draft_head(args, draft):
-    weight = draft.model.head_weight
-    if args.head == "dense":
-        return DenseHead(weight)
-    clustering = load_assets(args.clustering) if args.clustering else build_clustering(weight, seed=args.seed)
-    eos = draft.tokenizer.eos_token_id
-    return FlashHead(weight, clustering.to(weight.device), args.probes, always_tokens=[eos] if eos is not None else ())
 
 
 def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
@@ -207,7 +163,7 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
 
 
 def _write_outputs(out: Path, results, summaries) -> None:
-    """Every schedule's trace and summary, added to `out` all at once (model/staging.py)."""
+    """Every schedule's trace and summary, added to `out` all at once (contracts.files.staged)."""
     with staged(out, merge=True) as folder:
         for schedule, runs in results.items():
             config = summaries[schedule]["config"]

@@ -19,7 +19,7 @@ import zlib
 
 import torch
 
-from model.errors import UsageError
+from contracts import UsageError
 
 
 class AcceptanceControl:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.errors import UsageError
+from contracts import UsageError
 
 ARCHS = ("qwen3", "gemma3")
 FULL, SLIDING = "full_attention", "sliding_attention"

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from contracts import SCHEDULES, UsageError
+from contracts.names import PHASES
 from model import schedules
-from model.errors import UsageError
 from model.graphs import GraphedCall
 from model.heads import DenseHead
-from model.trace import PHASES, Generation, Round
+from model.trace import Generation, Round
 
-PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
 
 
@@ -43,21 +43,6 @@ def width(K: int) -> int:
     """Rows of a fixed-width target forward: the same for every K up to EXACT_WIDTH - 1, so the
     baseline's tokens do not depend on K."""
     return max(EXACT_WIDTH, K + 1)
-SCHEDULES = tuple(schedules.SCHEDULES)
-
-
-def placement_devices(placement: str) -> tuple[torch.device, torch.device]:
-    """(target device, draft device) of a placement, or UsageError when it cannot run here."""
-    if placement not in PLACEMENTS:
-        raise UsageError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
-    if placement == "cpu":
-        return torch.device("cpu"), torch.device("cpu")
-    need = 2 if placement == "two-gpu" else 1
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if have < need:
-        raise UsageError(f"no GPU: placement {placement} needs {need} CUDA GPU{'s' * (need > 1)}, found {have} "
-                         f"(use --placement cpu{'' if have < 1 else ' or one-gpu'})")
-    return torch.device("cuda", 0), torch.device("cuda", need - 1)
 
 
 class PhaseClock:
@@ -162,27 +147,27 @@ class Run:
     eos: torch.Tensor  # [1] bool: an emitted token was EOS
     accepted: torch.Tensor  # [max_new] accepted count of each round (0 for baseline)
     cursor: torch.Tensor  # [3] prev, f, p on the target device
-    cursor_d: torch.Tensor  # the same, as the draft device last received it
-    lo: int = 1  # host bounds on the device counter n after the rounds issued so far
-    hi: int = 1
+    draft_cursor: torch.Tensor  # the same, as the draft device last received it
+    least: int = 1  # host bounds on the device counter n after the rounds issued so far
+    most: int = 1
     certain: bool = True  # the host read n and the EOS flag after the last round issued
     eos_seen: bool = False
     verify_calls: int = 0
     append_calls: int = 0
-    tstar: torch.Tensor | None = None  # ordinary schedules: the target's pending next token
+    pending: torch.Tensor | None = None  # ordinary schedules: the target's pending next token t*
     rounds: list[HostRound] = field(default_factory=list)
 
     def more(self) -> bool:
         """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
-        return self.lo < self.max_new and not self.eos_seen
+        return self.least < self.max_new and not self.eos_seen
 
-    def issued(self, least: int, most: int) -> None:
-        """A round was issued that emits least..most tokens."""
-        self.lo, self.hi, self.certain = self.lo + least, self.hi + most, False
+    def issued(self, fewest: int, most: int) -> None:
+        """A round was issued that emits `fewest` .. `most` tokens."""
+        self.least, self.most, self.certain = self.least + fewest, self.most + most, False
 
     def known(self, n: int, eos: int) -> None:
         """The host read the counter and the EOS flag."""
-        self.lo, self.hi, self.eos_seen, self.certain = n, n, bool(eos), True
+        self.least, self.most, self.eos_seen, self.certain = n, n, bool(eos), True
 
 
 class Decoder:
@@ -210,20 +195,20 @@ class Decoder:
         if draft is not None and draft_head is None:
             raise UsageError("a draft model needs a draft head (DenseHead or FlashHead)")
         self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
-        self.td = target.head_weight.device
-        self.dd = draft.head_weight.device if draft is not None else self.td
+        self.target_device = target.head_weight.device
+        self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.eos_id = eos_id if stop_at_eos else None
         self.clock = PhaseClock(phases)
-        use_width = self.td.type == "cuda" if fixed_width is None else fixed_width
+        use_width = self.target_device.type == "cuda" if fixed_width is None else fixed_width
         self.rows = width(K) if use_width else None
-        self.ar = torch.arange(max(K + 2, self.rows or 0), device=self.td)
-        self.ar_d = self.ar.to(self.dd)
-        self.shift_d = torch.tensor([0, 0, K + 1], device=self.dd)
+        self.positions = torch.arange(max(K + 2, self.rows or 0), device=self.target_device)
+        self.positions_on_draft = self.positions.to(self.draft_device)
+        self.past_lookahead = torch.tensor([0, 0, K + 1], device=self.draft_device)
         self._target = GraphedCall(self._target_fn, enabled=graphs)
         self._body = GraphedCall(self._body_fn, enabled=graphs)
         self._head = GraphedCall(self._head_fn, enabled=graphs)
-        self.graphs = graphs and self.td.type == "cuda"
+        self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
 
@@ -233,7 +218,7 @@ class Decoder:
         n = tokens.shape[1]
         if self.rows:
             tokens = F.pad(tokens, (0, self.rows - n))
-        hidden = self.target.forward_hidden(tokens, start + self.ar[: tokens.shape[1]])
+        hidden = self.target.forward_hidden(tokens, start + self.positions[: tokens.shape[1]])
         return self.target_head.argmax(hidden[0, :n])
 
     def target_forward(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
@@ -243,7 +228,7 @@ class Decoder:
     def _body_fn(self, tokens: torch.Tensor, start: torch.Tensor):
         """Draft body over tokens [1, n] at start.. -> (last hidden [1, d], position of the next token)."""
         n = tokens.shape[1]
-        hidden = self.draft.forward_hidden(tokens, start + self.ar_d[:n])
+        hidden = self.draft.forward_hidden(tokens, start + self.positions_on_draft[:n])
         return hidden[0, -1:], start + n
 
     def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -253,20 +238,20 @@ class Decoder:
     def _capture(self) -> None:
         """Capture every graph the schedules use now, before anything is timed. Dummy steps write
         cache slots that every generation's prefill and decode rewrite before reading."""
-        start = torch.zeros(1, dtype=torch.long, device=self.td)
+        start = torch.zeros(1, dtype=torch.long, device=self.target_device)
         for n in sorted({1, self.K, self.K + 1}):
-            self._target(torch.zeros(1, n, dtype=torch.long, device=self.td), start)
+            self._target(torch.zeros(1, n, dtype=torch.long, device=self.target_device), start)
         if self.draft is not None:
             for n in (1, 2):
-                hidden, pos = self._body(torch.zeros(1, n, dtype=torch.long, device=self.dd), start.to(self.dd))
+                hidden, pos = self._body(torch.zeros(1, n, dtype=torch.long, device=self.draft_device), start.to(self.draft_device))
                 self._head(hidden, pos)
-        for device in {self.td, self.dd}:
+        for device in {self.target_device, self.draft_device}:
             torch.cuda.synchronize(device)
 
     # --- a generation ---------------------------------------------------------------------------
     def generate(self, prompt_ids: list[int], max_new_tokens: int, schedule: str) -> Generation:
         """Decode up to `max_new_tokens` tokens (the first included) after the prompt with `schedule`."""
-        if schedule not in schedules.SCHEDULES:
+        if schedule not in schedules.RUNNERS:
             raise UsageError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
         if schedule != "baseline" and self.draft is None:
             raise UsageError(f"schedule {schedule} needs a draft model")
@@ -275,7 +260,7 @@ class Decoder:
         self._check_room(len(prompt_ids), max_new_tokens)
         t0 = time.perf_counter()
         run = self._prefill(prompt_ids, max_new_tokens, with_draft=schedule != "baseline")
-        schedules.SCHEDULES[schedule](self, run)
+        schedules.RUNNERS[schedule](self, run)
         tokens, accepted = self._final_read(run)
         end = time.perf_counter()
         first = self.clock.marks[0]
@@ -300,28 +285,28 @@ class Decoder:
         the first token, so TTFT is the target's alone in both (as the simulator models it). No
         cross-device copy here: PyTorch's copy between GPUs waits for both devices' queued work."""
         P = len(prompt_ids)
-        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.td).view(1, -1)
-        prompt_d = torch.tensor(prompt_ids, dtype=torch.long, device=self.dd).view(1, -1) if with_draft else None
-        first = self.target_head.argmax(self.target.forward_hidden(prompt, torch.arange(P, device=self.td))[0, -1:])
-        overlap = with_draft and self.dd != self.td
+        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target_device).view(1, -1)
+        prompt_d = torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
+        first = self.target_head.argmax(self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:])
+        overlap = with_draft and self.draft_device != self.target_device
         if overlap:
-            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.dd))
+            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
         first_token = first.item()  # the first token reaches the host: TTFT ends, decoding starts
         self.clock.reset(time.perf_counter())
         if with_draft and not overlap:
-            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.dd))
+            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
         cursor = [prompt_ids[-1], first_token, P]
-        out = torch.zeros(max_new + self.K + 2, dtype=torch.long, device=self.td)
+        out = torch.zeros(max_new + self.K + 2, dtype=torch.long, device=self.target_device)
         out[:1] = first
-        zero = torch.zeros(1, dtype=torch.long, device=self.td)
-        accepted = torch.zeros(max_new, dtype=torch.long, device=self.td)
+        zero = torch.zeros(1, dtype=torch.long, device=self.target_device)
+        accepted = torch.zeros(max_new, dtype=torch.long, device=self.target_device)
         return Run(P, max_new, first_token, out, zero + 1, zero.bool(), accepted,
-                   _upload(cursor, self.td), _upload(cursor, self.dd))
+                   _upload(cursor, self.target_device), _upload(cursor, self.draft_device))
 
     def _final_read(self, run: Run) -> tuple[list[int], list[int]]:
         """One read at the end: the tokens (cut at max_new, and after EOS when stopping there) and
         the accepted count of every round."""
-        n, rounds = min(run.lo, run.max_new), len(run.rounds)
+        n, rounds = min(run.least, run.max_new), len(run.rounds)
         values = self.clock.read(torch.cat([run.out[:n], run.accepted[:rounds]])) if rounds else [run.first]
         tokens, accepted = values[:n], values[n:]
         if self.eos_id is not None and self.eos_id in tokens:
@@ -347,11 +332,11 @@ class Decoder:
 
     def draft_steps(self, tokens: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
         """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps]."""
-        proposals = torch.empty(steps, dtype=torch.long, device=self.dd)
+        proposals = torch.empty(steps, dtype=torch.long, device=self.draft_device)
         for i in range(steps):
-            with self.clock.phase("draft_body", self.dd):
+            with self.clock.phase("draft_body", self.draft_device):
                 hidden, start = self._body(tokens, start)
-            with self.clock.phase("draft_head", self.dd):
+            with self.clock.phase("draft_head", self.draft_device):
                 token = self._head(hidden, start)
                 proposals[i : i + 1] = token
             tokens = token.view(1, 1)
@@ -360,21 +345,21 @@ class Decoder:
     def propose(self, run: Run) -> torch.Tensor:
         """K draft steps from f. The first step feeds [prev, f]: after a fully accepted block the draft
         never consumed the block's last token, and re-feeding an already consumed one is harmless."""
-        cursor = run.cursor_d
+        cursor = run.draft_cursor
         return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
 
-    def lookahead(self, run: Run, block_d: torch.Tensor) -> torch.Tensor:
+    def lookahead(self, run: Run, block_on_draft: torch.Tensor) -> torch.Tensor:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
-        return self.draft_steps(block_d[-1:].view(1, 1), run.cursor_d[2:3] + self.K, self.K + 1)
+        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + self.K, self.K + 1)
 
     def to_target(self, x: torch.Tensor) -> torch.Tensor:
         """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
         events (PyTorch's two-way barrier), so no host sync is involved."""
-        return x.to(self.td, non_blocking=True)
+        return x.to(self.target_device, non_blocking=True)
 
     def to_draft(self, run: Run) -> None:
         """copy_tokens of the cursor (prev, f, p) to the draft device."""
-        run.cursor_d = run.cursor.to(self.dd, non_blocking=True)
+        run.draft_cursor = run.cursor.to(self.draft_device, non_blocking=True)
 
     def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:
         """One target forward over tokens [n] at start..; the target's argmax after each [n].
@@ -383,27 +368,27 @@ class Decoder:
             run.append_calls += 1
         else:
             run.verify_calls += 1
-        with self.clock.phase("verify", self.td):
+        with self.clock.phase("verify", self.target_device):
             return self._target(tokens.view(1, -1), start)
 
     def append(self, run: Run) -> torch.Tensor:
         """The standalone one-token target forward over f; returns t* (cloned: graph outputs are
         overwritten by the next replay, and t* must outlive the next verify)."""
         run.append_calls += 1
-        with self.clock.phase("finalize", self.td):
+        with self.clock.phase("finalize", self.target_device):
             return self._target(run.cursor[1:2].view(1, 1), run.cursor[2:3]).clone()
 
     def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor):
         """Accept and emit on the device. seq = [f, d1..dk], preds[i] = the target's token after
         seq[i]: accepted a = leading matches of d with preds, the new f = preds[a], and the cursor
         moves to f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
-        k = seq.numel() - 1
-        a = (seq[1:] == preds[:k]).long().cumprod(0).sum(0, keepdim=True)
+        drafted = seq.numel() - 1
+        a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
         f = preds.gather(0, a)
         block = torch.cat([seq[1:], f]).scatter_(0, a, f)
-        run.out.index_copy_(0, run.n + self.ar[: k + 1], block)
+        run.out.index_copy_(0, run.n + self.positions[: drafted + 1], block)
         if self.eos_id is not None:
-            run.eos |= ((block == self.eos_id) & (self.ar[: k + 1] <= a)).any(0, keepdim=True)
+            run.eos |= ((block == self.eos_id) & (self.positions[: drafted + 1] <= a)).any(0, keepdim=True)
         run.n += a + 1
         index = len(run.rounds) - 1
         run.accepted[index : index + 1] = a
@@ -417,5 +402,5 @@ class Decoder:
     def resolve(self, run: Run) -> None:
         """End of a round: when the host cannot tell whether the generation is over (the ordinary
         schedules learn the counter a round late; EOS may come anywhere), it reads the counter."""
-        if not run.certain and run.lo < run.max_new and (run.hi >= run.max_new or self.eos_id is not None):
+        if not run.certain and run.least < run.max_new and (run.most >= run.max_new or self.eos_id is not None):
             run.known(*self.read(run.n, run.eos))

@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from model.errors import UsageError
+from contracts import UsageError
 from model.transformer import Transformer
 
 MARKER = "#layers="

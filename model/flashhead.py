@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from model.errors import UsageError
+from contracts import UsageError
 
 ASSET_DIR = "flash_head_assets"
 ASSET_FILE = "clustering_cache.safetensors"

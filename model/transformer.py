@@ -18,7 +18,7 @@ from torch import nn
 from model import fused_ops, triton_support
 from model.awq import AWQLinear
 from model.config import SLIDING, ModelConfig
-from model.errors import UsageError
+from contracts import UsageError
 
 
 def _rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import SimInputError
+from contracts import UsageError
 from .report import comparison_table, phase_share_figure, results_table, sweep_figure, write_outputs
 from .scenario import NAMED_KEYS, Scenario, parse_change, run, with_change
 
@@ -25,7 +25,7 @@ what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
 
 examples:
   python -m sim                                  every schedule x head on the default profile
-  python -m sim --profile thesis                 the profile derived from the study's tables
+  python -m sim --profile study                 the profile derived from the study's tables
   python -m sim --what-if probes=2               side by side with the default probes
   python -m sim --sweep K=1,2,4,6,8 --out out --plot
 """
@@ -42,7 +42,7 @@ def parse_args(argv):
     p = OneLineParser(prog="python -m sim", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="default",
-                   help="'default' (measured profile if shipped, else the study's), 'thesis', or a profile JSON path")
+                   help="'default' (measured profile if shipped, else the study's), 'study', or a profile JSON path")
     p.add_argument("--acceptance", default=None, help="acceptance source (see below); default: the shipped trace")
     p.add_argument("--trace", default=None, help="shorthand for --acceptance trace:PATH")
     p.add_argument("--schedule", default=None,
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         return stop.code
     try:
         if args.plot and not args.out:
-            raise SimInputError("--plot writes PNG files and needs --out DIR")
+            raise UsageError("--plot writes PNG files and needs --out DIR")
         scenario = build_scenario(args)
         ceiling = not args.no_ceiling
         rows, resolved = run(scenario, ceiling)
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             for path in write_outputs(Path(args.out), payload, out_rows, figures):
                 print(f"wrote {path}")
         return 0
-    except SimInputError as e:
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .errors import SimInputError
+from contracts import UsageError
 
 
 def _probability(value, where: str) -> float:
     try:
         a = float(value)
     except (TypeError, ValueError):
-        raise SimInputError(f"{where}: expected a probability in [0, 1], got {value!r}") from None
+        raise UsageError(f"{where}: expected a probability in [0, 1], got {value!r}") from None
     if not 0.0 <= a <= 1.0:
-        raise SimInputError(f"{where}: acceptance must be in [0, 1], got {value!r}")
+        raise UsageError(f"{where}: acceptance must be in [0, 1], got {value!r}")
     return a
 
 
@@ -78,7 +78,7 @@ class PerPositionAcceptance:
 
     def __init__(self, rates: list[float]):
         if not rates:
-            raise SimInputError("acceptance: per-position list is empty")
+            raise UsageError("acceptance: per-position list is empty")
         self.rates = [_probability(r, f"acceptance[{i}]") for i, r in enumerate(rates)]
 
     def describe(self) -> str:
@@ -100,10 +100,10 @@ class EmpiricalLengths:
 
     def __init__(self, weights: dict[int, float]):
         if not weights or any(int(k) < 0 for k in weights) or any(w < 0 for w in weights.values()):
-            raise SimInputError("acceptance: empirical lengths need non-negative lengths and weights")
+            raise UsageError("acceptance: empirical lengths need non-negative lengths and weights")
         total = float(sum(weights.values()))
         if total <= 0:
-            raise SimInputError("acceptance: empirical length weights sum to zero")
+            raise UsageError("acceptance: empirical length weights sum to zero")
         self.lengths = sorted(int(k) for k in weights)
         self.cumulative = []
         running = 0.0
@@ -125,7 +125,7 @@ class EmpiricalLengths:
 
         def block(pos: int, K: int) -> list[bool]:
             if K > self.max_len:
-                raise SimInputError(
+                raise UsageError(
                     f"acceptance: empirical lengths go up to {self.max_len}, cannot answer K={K}")
             u = rng.random()
             length = next(L for L, c in zip(self.lengths, self.cumulative) if u <= c + 1e-12)

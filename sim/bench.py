@@ -18,7 +18,9 @@ from dataclasses import replace
 from .acceptance import Generation, IIDAcceptance
 from .profile import load_profile
 from .scenario import Scenario, run
-from .schedules import SCHEDULES, Config
+from contracts import SCHEDULES
+
+from .schedules import Config
 from .simulate import simulate
 
 
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
-    profile = load_profile("thesis")
+    profile = load_profile("study")
     costs = profile.costs[profile.default_regime]
     generations = [Generation(str(i), 128, 63) for i in range(560)]
     source = IIDAcceptance(0.6)
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     median, low, high, result = _best_of(lambda: simulate(costs, config, source, generations, 0, ceiling=True))
     lines.append(f"| 560 x 64 tokens, pipelined-deferred + head-only ceiling (2 runs) | {result['rounds']} | "
                  f"{median:.3f} | {low:.3f} | {high:.3f} | {2 * result['rounds'] / median:,.0f} |")
-    base = Scenario(profile="thesis")
+    base = Scenario(profile="study")
     start = time.perf_counter()
     for probes in range(1, 101):
         run(replace(base, probes=probes))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .derive_thesis import DATA, agreement
+from .derive_study import DATA, agreement
 
 MEASURED = (Path(__file__).resolve().parent.parent / "reports" / "profiles"
             / "qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json")

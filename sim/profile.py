@@ -1,53 +1,33 @@
-"""Read a cost profile (`flashspec.profile/1`), apply dotted-path edits, and answer r(p)."""
+"""A cost profile (contracts.profile) ready to simulate: costs per regime, dotted-path edits, r(p)."""
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 
-from .costs import Costs
-from .errors import SimInputError
+from contracts import UsageError
+from contracts.profile import check_profile, read_profile
 
-PROFILE_SCHEMA = "flashspec.profile/1"
+from .costs import Costs
+
 DATA = Path(__file__).parent / "data"
-PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
-REGIMES = ("graphs", "eager")
 
 
 class Profile:
     """A validated profile: its raw dict (for edits and provenance) and the costs per regime."""
 
     def __init__(self, raw: dict, source: str):
-        if not isinstance(raw, dict):
-            raise SimInputError(f"{source}: a profile is a JSON object")
-        if raw.get("schema") != PROFILE_SCHEMA:
-            raise SimInputError(
-                f"{source}: unknown profile schema {raw.get('schema')!r} (expected {PROFILE_SCHEMA!r})")
+        check_profile(raw, source)
         self.raw, self.source = raw, source
-        setup = raw.get("setup")
-        if not isinstance(setup, dict):
-            raise SimInputError(f"{source}: missing 'setup' section")
-        if setup.get("placement") not in PLACEMENTS:
-            raise SimInputError(f"{source}: setup.placement must be one of {', '.join(PLACEMENTS)}")
-        regimes = raw.get("regimes")
-        if not isinstance(regimes, dict) or not regimes or set(regimes) - set(REGIMES):
-            raise SimInputError(f"{source}: 'regimes' must hold 'graphs' and/or 'eager'")
-        self.costs = {name: Costs(body, f"{source}: regimes.{name}") for name, body in regimes.items()}
-        default = setup.get("default_regime", next(iter(regimes)))
-        if default not in regimes:
-            raise SimInputError(f"{source}: setup.default_regime {default!r} is not among its regimes")
-        self.default_regime = default
-        fh = raw.get("flashhead")
-        if not isinstance(fh, dict) or not all(isinstance(fh.get(k), int) and fh[k] > 0
-                                               for k in ("clusters", "cluster_size")):
-            raise SimInputError(f"{source}: 'flashhead' needs positive integers clusters and cluster_size")
-        self.clusters = fh["clusters"]
-        self.default_probes = int(fh.get("default_probes") or max(1, self.clusters // 16))
-        raw_agreement = fh.get("agreement")
+        self.costs = {name: Costs(body, f"{source}: regimes.{name}") for name, body in raw["regimes"].items()}
+        self.default_regime = raw["setup"].get("default_regime", next(iter(raw["regimes"])))
+        flashhead = raw["flashhead"]
+        self.clusters = flashhead["clusters"]
+        self.default_probes = flashhead.get("default_probes") or max(1, self.clusters // 16)
+        agreement = flashhead.get("agreement")
         # random weights say nothing about how often FlashHead agrees with the dense head
-        self.agreement_ignored = bool(raw_agreement and raw_agreement.get("synthetic"))
-        self.agreement = None if self.agreement_ignored else _agreement(raw_agreement, self.clusters, source)
+        self.agreement_ignored = bool(agreement and agreement.get("synthetic"))
+        self.agreement = None if self.agreement_ignored or not agreement else (agreement["probes"], agreement["r"])
 
     @property
     def placement(self) -> str:
@@ -82,21 +62,6 @@ class Profile:
         for path, op, value in edits:
             _edit(raw, path, op, value, regime)
         return Profile(raw, self.source + " (edited)")
-
-
-def _agreement(raw, clusters: int, source: str):
-    if raw is None:
-        return None
-    try:
-        ps = [int(p) for p in raw["probes"]]
-        rs = [float(r) for r in raw["r"]]
-    except (KeyError, TypeError, ValueError):
-        raise SimInputError(f"{source}: flashhead.agreement needs lists 'probes' and 'r'") from None
-    if len(ps) != len(rs) or not ps or ps != sorted(set(ps)) or ps[0] < 1:
-        raise SimInputError(f"{source}: flashhead.agreement probes must be increasing positive and match r")
-    if any(not 0 <= r <= 1 for r in rs):
-        raise SimInputError(f"{source}: flashhead.agreement r values must be in [0, 1]")
-    return ps, rs
 
 
 def _numeric_leaves(node, prefix: str = ""):
@@ -134,7 +99,7 @@ def _scale_timings(node, op: str, value: float, path: str) -> int:
 
 def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
     if op == "*=" and value < 0 or op == "=" and value < 0:
-        raise SimInputError(f"what-if {path}: a cost or count cannot be negative ({value:g})")
+        raise UsageError(f"what-if {path}: a cost or count cannot be negative ({value:g})")
     parts = path.split(".")
     for root in (raw["regimes"][regime], raw):
         node = root
@@ -153,22 +118,16 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
             node[parts[-1]] = type(leaf)(new) if isinstance(leaf, int) and float(new).is_integer() else new
             return
     valid = ", ".join(editable_paths(raw, regime))
-    raise SimInputError(f"unknown what-if key {path!r}; profile paths are: {valid}")
+    raise UsageError(f"unknown what-if key {path!r}; profile paths are: {valid}")
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """`thesis` (the study-derived profile), `default`, or a path to a profile JSON."""
+    """`study` (the study-derived profile), `default`, or a path to a profile JSON."""
     path = _resolve(name_or_path)
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as e:
-        raise SimInputError(f"cannot read profile {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise SimInputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return Profile(raw, str(path))
+    return Profile(read_profile(path), str(path))
 
 
-BUILTIN_PROFILES = {"thesis": DATA / "thesis_profile.json"}
+BUILTIN_PROFILES = {"study": DATA / "study_profile.json"}
 
 
 def _resolve(name_or_path: str) -> Path:
@@ -180,4 +139,4 @@ def _resolve(name_or_path: str) -> Path:
 def default_profile_path() -> Path:
     """The measured profile shipped as sim/data/default_profile.json when there is one, else the study's."""
     measured = DATA / "default_profile.json"
-    return measured if measured.exists() else BUILTIN_PROFILES["thesis"]
+    return measured if measured.exists() else BUILTIN_PROFILES["study"]

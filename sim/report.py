@@ -4,9 +4,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from contracts.files import write_atomic
+from contracts.names import SIMULATED_PHASES
 
 SHARE_COLUMNS = (("draft_body", "body%"), ("draft_head", "head%"), ("sync", "sync%"),
                  ("verify", "verify%"), ("finalize", "final%"))
@@ -67,24 +68,13 @@ def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
     return f"what-if: {change}\n" + render(headers, lines)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> list[Path]:
     """results.json, results.csv and the PNG figures, each written whole or not at all."""
+    out.mkdir(parents=True, exist_ok=True)
     written = []
     clean = [{k: v for k, v in row.items() if k != "rounds_detail"} for row in rows]
     payload = dict(payload, rows=clean)
-    _atomic_write(out / "results.json", json.dumps(payload, indent=2).encode())
+    write_atomic(out / "results.json", json.dumps(payload, indent=2).encode())
     written.append(out / "results.json")
     buffer = io.StringIO()
     flat_rows = [flat(row) for row in clean]
@@ -92,10 +82,10 @@ def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> 
     writer = csv.DictWriter(buffer, fieldnames=fields)
     writer.writeheader()
     writer.writerows(flat_rows)
-    _atomic_write(out / "results.csv", buffer.getvalue().encode())
+    write_atomic(out / "results.csv", buffer.getvalue().encode())
     written.append(out / "results.csv")
     for name, png in figures.items():
-        _atomic_write(out / name, png)
+        write_atomic(out / name, png)
         written.append(out / name)
     return written
 
@@ -110,7 +100,7 @@ def phase_share_figure(rows: list[dict], title: str) -> bytes:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    phases = ["initial", "draft_body", "draft_head", "verify", "finalize", "sync", "other"]
+    phases = SIMULATED_PHASES
     labels = [f"{r['schedule']}\n{r['head']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
     bottom = [0.0] * len(rows)

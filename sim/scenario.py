@@ -12,23 +12,24 @@ from pathlib import Path
 
 from .acceptance import (AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance,
                          PerPositionAcceptance, TraceReplay)
-from .errors import SimInputError
-from .profile import DATA, PLACEMENTS, Profile, load_profile
-from .schedules import HEADS, SCHEDULES, Config
-from .simulate import simulate
-from .trace import read_trace
+from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
+from contracts.names import REGIME_OF_GRAPHS_FLAG, SPECULATIVE_SCHEDULES
 
-DEFAULT_TRACE = DATA / "thesis_trace.jsonl"
+from .profile import DATA, Profile, load_profile
+from .schedules import Config
+from .simulate import simulate
+from .trace import rounds_by_prompt
+
+DEFAULT_TRACE = DATA / "study_trace.jsonl"
 NAMED_KEYS = ("probes", "K", "schedule", "head", "placement", "acceptance", "graphs",
               "prompts", "max_new_tokens", "prompt_len", "seed")
-GRAPHS = {"on": "graphs", "off": "eager"}
 
 
 @dataclass(frozen=True)
 class Scenario:
     profile: str = "default"
     graphs: str | None = None          # on | off; None: the profile's default regime
-    schedules: tuple = SCHEDULES[1:]   # the baseline always runs, for speedups
+    schedules: tuple = SPECULATIVE_SCHEDULES  # the baseline always runs, for speedups
     heads: tuple = HEADS
     K: int | None = None               # None: the trace's K, else 6
     probes: int | None = None          # None: the profile's default probes
@@ -48,9 +49,9 @@ def _int(key: str, value: str, low: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise SimInputError(f"what-if {key}: expected an integer, got {value!r}") from None
+        raise UsageError(f"what-if {key}: expected an integer, got {value!r}") from None
     if number < low:
-        raise SimInputError(f"what-if {key}: must be at least {low}, got {number}")
+        raise UsageError(f"what-if {key}: must be at least {low}, got {number}")
     return number
 
 
@@ -58,14 +59,14 @@ def _choices(key: str, value: str, valid) -> tuple:
     chosen = tuple(v.strip() for v in value.split("+"))
     bad = [v for v in chosen if v not in valid]
     if bad:
-        raise SimInputError(f"{key} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+        raise UsageError(f"{key} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
     return chosen
 
 
 def with_change(s: Scenario, key: str, op: str, value: str) -> Scenario:
     """The scenario with one what-if applied (`op` is '=' or '*=')."""
     if key in NAMED_KEYS and op != "=":
-        raise SimInputError(f"what-if {key}: use {key}=value ('*=' scales numeric profile fields only)")
+        raise UsageError(f"what-if {key}: use {key}=value ('*=' scales numeric profile fields only)")
     if key == "probes":
         return replace(s, probes=_int(key, value, 1))
     if key == "K":
@@ -77,7 +78,7 @@ def with_change(s: Scenario, key: str, op: str, value: str) -> Scenario:
     if key == "placement":
         return replace(s, placement=_choices(key, value, PLACEMENTS)[0])
     if key == "graphs":
-        return replace(s, graphs=_choices(key, value, tuple(GRAPHS))[0])
+        return replace(s, graphs=_choices(key, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
     if key == "acceptance":
         parse_acceptance(value)  # fail early on a malformed value
         return replace(s, acceptance=value)
@@ -86,18 +87,18 @@ def with_change(s: Scenario, key: str, op: str, value: str) -> Scenario:
     if key == "seed":
         return replace(s, seed=_int(key, value, 0))
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise SimInputError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path")
+        raise UsageError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path")
     try:
         number = float(value)
     except ValueError:
-        raise SimInputError(f"what-if {key}{op}{value}: expected a number") from None
+        raise UsageError(f"what-if {key}{op}{value}: expected a number") from None
     return replace(s, edits=s.edits + ((key, op, number),))
 
 
 def parse_change(text: str) -> tuple[str, str, str]:
     match = re.fullmatch(r"\s*([^=*\s]+)\s*(\*=|=)\s*(.+?)\s*", text)
     if not match:
-        raise SimInputError(f"what-if {text!r}: expected key=value or key*=factor")
+        raise UsageError(f"what-if {text!r}: expected key=value or key*=factor")
     return match.group(1), match.group(2), match.group(3)
 
 
@@ -114,7 +115,7 @@ def parse_acceptance(spec: str):
             try:
                 weights[int(length)] = float(weight)
             except ValueError:
-                raise SimInputError(f"acceptance {spec!r}: expected lengths:L=weight,...") from None
+                raise UsageError(f"acceptance {spec!r}: expected lengths:L=weight,...") from None
         return EmpiricalLengths(weights)
     parts = spec.split(",")
     if len(parts) > 1:
@@ -123,7 +124,7 @@ def parse_acceptance(spec: str):
 
 
 def _trace_source(path: Path) -> TraceReplay:
-    rounds, meta = read_trace(path)
+    rounds, meta = rounds_by_prompt(path)
     return TraceReplay(rounds, meta.get("head") or "dense", meta.get("probes"))
 
 
@@ -141,9 +142,9 @@ class Resolved:
 
 def resolve(s: Scenario) -> Resolved:
     base = load_profile(s.profile)
-    regime = GRAPHS[s.graphs] if s.graphs else base.default_regime
+    regime = REGIME_OF_GRAPHS_FLAG[s.graphs] if s.graphs else base.default_regime
     if regime not in base.costs:
-        raise SimInputError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
+        raise UsageError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
     profile = base.edited(list(s.edits), regime) if s.edits else base
     notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
     if "study-derived" in profile.label():
@@ -153,7 +154,7 @@ def resolve(s: Scenario) -> Resolved:
     source = parse_acceptance(s.acceptance)
     probes = s.probes or profile.default_probes
     if probes > profile.clusters:
-        raise SimInputError(f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})")
+        raise UsageError(f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})")
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
@@ -192,7 +193,7 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
     if abs(r1 - r0) < 1e-12:
         return source
     if r0 == 0:
-        raise SimInputError(f"{head}: the source's head agrees with the dense head nowhere (r=0); "
+        raise UsageError(f"{head}: the source's head agrees with the dense head nowhere (r=0); "
                             "its acceptance cannot be rescaled to other probes")
     notes.append(f"{head}: acceptance scaled by agreement r({probes})={r1:.4f} against r={r0:.4f} of the source")
     return AgreementScaled(source, r0, r1)

@@ -1,6 +1,6 @@
 """The speculative loop as SimPy processes, one generator function per schedule.
 
-Schedules are defined in words in DESIGN.md and docs/contracts.md; `model/schedules.py` implements
+Schedules are defined in words in docs/design.md, their names in contracts.names; `model/schedules.py` implements
 the same names with the same event order on real devices. The generator functions below are the
 host (the Python thread that launches work and syncs): they advance simulated time by the host's
 issue cost of each launch and wait only at syncs. Device work runs as separate processes on the
@@ -18,13 +18,6 @@ import simpy
 from .acceptance import Generation, leading_accepts
 from .costs import Costs
 
-PHASES = ("initial", "draft_body", "draft_head", "verify", "finalize", "sync", "other")
-# initial: the draft's prefill (the target's prefill belongs to TTFT); finalize: every standalone
-# target append (ordinary's first one included); sync: host reads and cross-device waits;
-# other: token copies between devices and the host's per-round bookkeeping.
-SCHEDULES = ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred")
-HEADS = ("dense", "flashhead")
-
 
 @dataclass(frozen=True)
 class Config:
@@ -35,13 +28,13 @@ class Config:
     placement: str
 
 
-class Stream:
+class DeviceStream:
     """A device as a CUDA stream sees it: work runs one piece at a time, in launch order."""
 
     def __init__(self, env: simpy.Environment, name: str):
         self.env, self.name, self.tail = env, name, None
 
-    def run(self, machine: "Machine", phases: dict, device_ms: float, not_before: float, after):
+    def run(self, machine: "SimulatedRun", phases: dict, device_ms: float, not_before: float, after):
         previous = self.tail
         self.tail = self.env.process(self._work(machine, previous, phases, device_ms, not_before, after))
         return self.tail
@@ -57,7 +50,7 @@ class Stream:
 
 
 @dataclass
-class Machine:
+class SimulatedRun:
     """Resources and tallies of one simulation."""
 
     env: simpy.Environment
@@ -69,8 +62,8 @@ class Machine:
     rounds: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.target = Stream(self.env, "target-device")
-        self.draft = Stream(self.env, "draft-device") if self.two_devices else self.target
+        self.target = DeviceStream(self.env, "target-device")
+        self.draft = DeviceStream(self.env, "draft-device") if self.two_devices else self.target
         self.host = simpy.Resource(self.env, 1)  # the Python thread: held by the schedule it runs
         c = self.costs
         self.item_ms = c.item.device_ms()
@@ -84,7 +77,7 @@ class Machine:
         return self.config.placement == "two-gpu"
 
     # --- primitives -------------------------------------------------------------------------
-    def launch(self, stream: Stream, phases: dict, host_ms: float = 0.0, after=(), copy: bool = False):
+    def launch(self, stream: DeviceStream, phases: dict, host_ms: float = 0.0, after=(), copy: bool = False):
         """Issue work on a device; the host is busy for host_ms. Returns the completion event.
 
         `after`: work on the other device this must wait for (a cross-device event wait, which costs
@@ -163,7 +156,7 @@ class Machine:
 
 # --- schedules: one generator per schedule, each decoding one generation after its first token --
 
-def baseline(m: Machine, g: Generation, block):
+def baseline(m: SimulatedRun, g: Generation, block):
     """One target forward per token; tokens stay on the device until the end."""
     context = g.prompt_len + 1
     done = None
@@ -173,7 +166,7 @@ def baseline(m: Machine, g: Generation, block):
     yield from m.sync(done)
 
 
-def _ordinary_rounds(m: Machine, g: Generation, block, overlap_append: bool):
+def _ordinary_rounds(m: SimulatedRun, g: Generation, block, overlap_append: bool):
     K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
     appended = yield from m.target_forward("finalize", 1, context - 1)  # append the first token -> t*
     f_ready, index = None, 0  # f_ready: the target-side work the draft's next step waits for
@@ -203,7 +196,7 @@ def pipelined(m, g, block):
     yield from _ordinary_rounds(m, g, block, overlap_append=True)
 
 
-def _deferred_rounds(m: Machine, g: Generation, block, lookahead: bool):
+def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
     K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
     f_ready, ready_block, index = None, None, 0
     while remaining > 0:

@@ -7,13 +7,15 @@ import simpy
 
 from .acceptance import Generation
 from .costs import Costs
-from .schedules import PHASES, RUNNERS, Config, Machine
+from contracts.names import SIMULATED_PHASES
+
+from .schedules import RUNNERS, Config, SimulatedRun
 
 
 def _run(costs: Costs, config: Config, source, generations: list[Generation], seed: int,
          free_head: bool = False) -> dict:
     env = simpy.Environment()
-    m = Machine(env, costs, config, free_head=free_head)
+    m = SimulatedRun(env, costs, config, free_head=free_head)
     ttft, decode = [], []
 
     def host_thread():
@@ -29,19 +31,19 @@ def _run(costs: Costs, config: Config, source, generations: list[Generation], se
 
     env.process(host_thread())
     env.run()
-    return {"machine": m, "ttft": ttft, "decode": decode}
+    return {"run": m, "ttft": ttft, "decode": decode}
 
 
 def simulate(costs: Costs, config: Config, source, generations: list[Generation], seed: int = 0,
              ceiling: bool = True) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON)."""
     run = _run(costs, config, source, generations, seed)
-    m: Machine = run["machine"]
+    m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
     rounds = [r for r in m.rounds if r["K"] > 0]
     proposed = sum(r["proposed"] for r in rounds)
-    phases = {p: m.busy[p] for p in PHASES}
+    phases = {p: m.busy[p] for p in SIMULATED_PHASES}
     result = {
         "schedule": config.schedule, "head": config.head if config.schedule != "baseline" else "-",
         "K": config.K if config.schedule != "baseline" else 0,

@@ -11,7 +11,7 @@ def tiny_profile(placement="one-gpu", **host):
     host_costs = {"item_ms": 0.1, "copy_token_ms": 0.2, "event_sync_ms": 0.05, "round_bookkeeping_ms": 0.0}
     host_costs.update(host)
     return {
-        "schema": "flashspec.profile/1", "created": "test", "env": {},
+        "schema": "specloop.profile/1", "created": "test", "env": {},
         "setup": {"target": {"name": "t", "weights": "synthetic"}, "draft": {"name": "d", "weights": "synthetic"},
                   "placement": placement, "prompt_lengths": [8], "default_regime": "eager"},
         "flashhead": {"clusters": 64, "cluster_size": 16, "default_probes": 4},
@@ -32,7 +32,7 @@ def trace_lines(accepted, K=2, decode=None, lookahead=None, prompt_id="p0", prom
     remaining = decode if decode is not None else sum(a + 1 for a in accepted)
     for i, a in enumerate(accepted):
         emitted = min(a + 1, remaining)
-        lines.append({"schema": "flashspec.trace/1", "prompt_id": prompt_id, "round": i, "schedule": "ordinary",
+        lines.append({"schema": "specloop.trace/1", "prompt_id": prompt_id, "round": i, "schedule": "ordinary",
                       "head": "dense", "probes": None, "K": K, "proposed": K, "accepted": a, "emitted": emitted,
                       "verify_skipped": a == 0, "context": context,
                       "lookahead_used": None if lookahead is None else lookahead[i]})

@@ -9,7 +9,7 @@ from measure.recall import (STUDY_CATEGORIES, margin_policy, rank_states, study_
 from model import gemma_gguf
 from model.decoder import Decoder
 from model.early_exit import early_exit, split_spec
-from model.errors import UsageError
+from contracts import UsageError
 from model.flashhead import ASSET_DIR, ASSET_FILE, Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model

@@ -8,7 +8,7 @@ from measure.__main__ import main
 from sim.profile import Profile
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--contexts", "16,48",
-        "--prompt-lengths", "8,24", "--k-max", "3", "--reps", "3", "--warmup", "1", "--prompts", "per-category:1",
+        "--prompt-lengths", "8,24", "--K-max", "3", "--reps", "3", "--warmup", "1", "--prompts", "per-category:1",
         "--agreement-max-len", "24", "--probes", "1,2,8,32"]
 
 
@@ -66,7 +66,7 @@ def test_sim_runs_on_the_measured_profile(measured, capsys):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--k-max", "0"], "--k-max must be at least 1"),
+    (["--K-max", "0"], "--K-max must be at least 1"),
     (["--probes", "1,999"], "exceed the 32 clusters"),
     (["--placement", "two-gpu"], "no GPU"),
     (["--target", "no-such-model"], "not found"),

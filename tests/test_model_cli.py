@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model.__main__ import main
-from model.trace import read_summary, read_trace
+from contracts.trace import read_summary, read_trace
 from model.transformer import Transformer
 from model.config import ModelConfig
 
@@ -98,7 +98,7 @@ def test_smoke_run_writes_contract_files_the_simulator_replays(tmp_path, capsys)
     from sim.profile import load_profile
     from sim.schedules import Config
     from sim.simulate import simulate
-    from sim.trace import read_trace as sim_read_trace
+    from sim.trace import rounds_by_prompt
 
     out = tmp_path / "run"
     rc, stdout, stderr = _run(FAST + ["--acceptance", "a=0.6", "--check-exact", "--out", str(out)], capsys)
@@ -107,7 +107,7 @@ def test_smoke_run_writes_contract_files_the_simulator_replays(tmp_path, capsys)
     names = sorted(p.name for p in out.iterdir())
     schedules = ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred")
     assert names == sorted(f"{s}.{kind}" for s in schedules for kind in ("trace.jsonl", "summary.json"))
-    profile = load_profile("thesis")
+    profile = load_profile("study")
     costs = profile.costs[profile.default_regime]
     for schedule in schedules:
         lines = read_trace(out / f"{schedule}.trace.jsonl")
@@ -118,7 +118,7 @@ def test_smoke_run_writes_contract_files_the_simulator_replays(tmp_path, capsys)
         if schedule == "baseline":
             assert (summary["verify_calls"], summary["append_calls"]) == (0, 22)
             continue
-        by_prompt, meta = sim_read_trace(out / f"{schedule}.trace.jsonl")
+        by_prompt, meta = rounds_by_prompt(out / f"{schedule}.trace.jsonl")
         source = TraceReplay(by_prompt, meta["head"], None)
         sim = simulate(costs, Config(schedule, "dense", 3, 1, "cpu"), source, source.generations, ceiling=False)
         keys = ("prompt_id", "round", "K", "proposed", "accepted", "emitted", "verify_skipped", "context",

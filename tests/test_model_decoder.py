@@ -5,12 +5,14 @@ import pytest
 import torch
 
 from model.acceptance_control import AcceptanceControl
-from model.decoder import Decoder, placement_devices
-from model.errors import UsageError
+from model.decoder import Decoder
+from model.pair import resolve_placement
+from contracts import UsageError
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
-from model.trace import check_summary, check_trace_line, summarize, trace_lines
+from contracts.trace import check_summary, check_trace_line
+from model.trace import summarize, trace_lines
 
 SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 PROMPTS = {"one": [7], "short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
@@ -211,5 +213,6 @@ def test_bad_input(models):
 def test_gpu_placement_without_gpu_is_a_usage_error():
     for placement in ("two-gpu", "one-gpu"):
         with pytest.raises(UsageError, match="^no GPU: "):
-            placement_devices(placement)
-    assert placement_devices("cpu") == (torch.device("cpu"), torch.device("cpu"))
+            resolve_placement(placement)
+    assert resolve_placement("cpu") == ("cpu", torch.device("cpu"), torch.device("cpu"))
+    assert resolve_placement(None)[0] == "cpu"

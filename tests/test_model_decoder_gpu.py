@@ -8,7 +8,8 @@ import torch
 
 from model import schedules
 from model.acceptance_control import AcceptanceControl
-from model.decoder import Decoder, placement_devices
+from model.decoder import Decoder
+from model.pair import resolve_placement
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
@@ -23,7 +24,7 @@ MAX_NEW, ROOM, K = 40, 160, 3
 
 def _decoder(placement, head="dense", graphs=True, spec="a=0.5", phases=True):
     """Tiny float32 models (exact argmax comparisons need more than bfloat16's 8 bits)."""
-    target_device, draft_device = placement_devices(placement)
+    _, target_device, draft_device = resolve_placement(placement)
     target = load_model("tiny-qwen3", target_device, "float32", seed=1, max_seq_len=ROOM).model
     draft = load_model("tiny-qwen3-draft", draft_device, "float32", seed=2, max_seq_len=ROOM).model
     w = draft.head_weight
@@ -67,7 +68,7 @@ def test_every_host_sync_is_a_round_read(placement, schedule, monkeypatch):
     """CUDA's sync debug mode flags every synchronizing call; the decode loop's only ones are its reads."""
     dec, _ = _decoder(placement, phases=False)
     reads = []
-    read, decode = dec.read, schedules.SCHEDULES[schedule]
+    read, decode = dec.read, schedules.RUNNERS[schedule]
 
     def counted(*values):
         reads.append(values)
@@ -81,7 +82,7 @@ def test_every_host_sync_is_a_round_read(placement, schedule, monkeypatch):
             torch.cuda.set_sync_debug_mode("default")
 
     monkeypatch.setattr(dec, "read", counted)
-    monkeypatch.setitem(schedules.SCHEDULES, schedule, watched)
+    monkeypatch.setitem(schedules.RUNNERS, schedule, watched)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         g = dec.generate(PROMPT, MAX_NEW, schedule)

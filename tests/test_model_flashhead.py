@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model import flashhead_triton
-from model.errors import UsageError
+from contracts import UsageError
 from model.flashhead import Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead, flashhead_agreement
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from model.awq import AWQLinear
 from model.config import FULL, SLIDING, ModelConfig
-from model.errors import UsageError
+from contracts import UsageError
 from model.loading import load_model, parse_dtype
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, check_compatible, load_tokenizer

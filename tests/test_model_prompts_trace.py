@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from model.acceptance_control import AcceptanceControl, parse_spec
-from model.errors import UsageError
+from contracts import UsageError
 from model.prompts import DEFAULT_PATH, select_prompts
-from model.trace import (Generation, Round, check_summary, check_trace_line, read_trace, summarize, trace_lines,
-                         write_atomic, write_summary, write_trace)
+from contracts.files import write_atomic
+from contracts.trace import check_summary, check_trace_line, read_trace, write_summary, write_trace
+from model.trace import Generation, Round, summarize, trace_lines
 
 
-def test_default_file_is_the_shared_spec_bench():
+def test_default_file_is_the_spec_bench_shipped_in_the_package():
     assert DEFAULT_PATH.is_file()
     everything = select_prompts("first:1000")
     assert len(everything) == 480 and everything[0].id == "81"
@@ -107,7 +108,7 @@ def test_trace_lines_follow_the_contract(tmp_path):
     assert lines[0]["probes"] == 4
     write_trace(tmp_path / "t.jsonl", lines)
     assert read_trace(tmp_path / "t.jsonl") == lines
-    for change, message in [({"schema": "flashspec.trace/2"}, "unknown trace schema"),
+    for change, message in [({"schema": "specloop.trace/2"}, "unknown trace schema"),
                             ({"emitted": 5}, "emitted must be in"), ({"accepted": 4}, "accepted <= proposed"),
                             ({"verify_skipped": 0}, "verify_skipped"), ({"lookahead_used": "yes"}, "lookahead_used"),
                             ({"phases_ms": {"verify": 1.0}}, "phases_ms must have"),
@@ -127,4 +128,4 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_atomic(tmp_path / "s.json", "half")
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
-    assert json.loads((tmp_path / "s.json").read_text())["schema"] == "flashspec.summary/1"
+    assert json.loads((tmp_path / "s.json").read_text())["schema"] == "specloop.summary/1"

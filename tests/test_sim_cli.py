@@ -9,7 +9,7 @@ from sim.__main__ import main
 from tests.sim_fixtures import tiny_profile, trace_lines, write
 
 
-@pytest.mark.parametrize("argv,label", [([], "SYNTHETIC"), (["--profile", "thesis"], "study-derived")])
+@pytest.mark.parametrize("argv,label", [([], "SYNTHETIC"), (["--profile", "study"], "study-derived")])
 def test_default_run_compares_every_schedule_and_head(capsys, argv, label):
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -74,7 +74,7 @@ BAD = [
     (["--acceptance=-0.1,0.5"], "acceptance[0]: acceptance must be in [0, 1]"),
     (["--no-such-flag"], "unrecognized arguments"),
     (["--schedule", "fastest"], "schedule 'fastest' is unknown"),
-    (["--profile", "thesis", "--graphs", "on"], "carries only eager"),
+    (["--profile", "study", "--graphs", "on"], "carries only eager"),
     (["--what-if", "K*=2"], "use K=value"),
 ]
 
@@ -118,7 +118,7 @@ def test_malformed_profiles_and_traces(tmp_path, capsys):
     lines[1]["accepted"] = 5
     (trace,) = write(tmp_path, lines=lines)
     assert main(["--trace", str(trace)]) == 2
-    assert "exceeds K" in capsys.readouterr().err
+    assert "accepted <= proposed <= K" in capsys.readouterr().err
     lines = trace_lines([1])
     lines[0]["schema"] = "flashspec.trace/0"
     (trace,) = write(tmp_path, lines=lines)

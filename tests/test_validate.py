@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from model.trace import check_trace_line, read_summary
+from contracts.trace import check_trace_line, read_summary
 from sim.profile import Profile
 from tests.sim_fixtures import tiny_profile, trace_lines
 from validate import pipeline

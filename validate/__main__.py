@@ -6,12 +6,13 @@ import argparse
 import shlex
 import sys
 
+from contracts.cli import OneLineParser, require_modules
 
-from model.cli import OneLineParser, run_command
-from model.errors import UsageError
-from sim.errors import SimInputError
+require_modules("python -m validate", ("torch", "simpy"), "pip install torch, then pip install -e '.[model]'")
 
-from . import peers, pipeline
+from model.cli import run_torch_command  # noqa: E402
+
+from . import peers, pipeline  # noqa: E402
 
 EPILOG = """\
 what a validation run does (default):
@@ -70,7 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "for reference rows beside the uncontrolled ones), none with real ones")
     p.add_argument("--prompts", default="per-category:1", help="Spec-Bench selection: first:N, per-category:N, or "
                    "categories / question ids, comma-separated (default per-category:1)")
-    p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: shared/data/spec_bench)")
+    p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: the copy shipped in "
+                   "model/data)")
     p.add_argument("--n-prompts", type=int, default=8, help="use at most this many prompts, spread evenly over the "
                    "selection (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included "
@@ -84,8 +86,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights, clustering, acceptance control")
     p.add_argument("--warmup", type=int, default=1, help="untimed generations before each configuration / system "
                    "(default 1)")
-    p.add_argument("--out", default=None, metavar="DIR", help="report folder (default reports/validation/"
-                   "<placement>-<gpu>-<date>, with --peers reports/peers/...)")
+    p.add_argument("--out", default=None, metavar="DIR", help="report folder (default out/validation/"
+                   "<placement>-<gpu>-<date> under the current folder, with --peers out/peers/...)")
+    p.add_argument("--force", action="store_true", help="replace an existing report in the --out folder")
     p.add_argument("--from-runs", default=None, metavar="DIR",
                    help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
                         "folder a run left when it stopped before its prediction) with --profile, into --out")
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
             pipeline.run_from_runs(args)
         else:
             (peers if args.peers else pipeline).run(args)
-    return run_command(body, bad_input=(UsageError, SimInputError))
+    return run_torch_command(body)
 
 
 if __name__ == "__main__":

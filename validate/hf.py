@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from model.config import FULL, SLIDING, ModelConfig
-from model.errors import UsageError
+from contracts import UsageError
 from model.transformer import Transformer
 
 

@@ -1,4 +1,4 @@
-"""Issue B, `--peers`: our decoder side by side with Hugging Face on the same weights and prompts.
+"""`--peers`: our decoder side by side with Hugging Face on the same weights and prompts.
 
 Rows: `hf-generate` (greedy, target only), `hf-assisted` (assisted generation with the same draft, K
 proposals a round), `ours-baseline`, and ours in one schedule with each head. Without acceptance
@@ -17,17 +17,20 @@ from pathlib import Path
 
 import torch
 
-from model.errors import UsageError
-from model.staging import staged
-from model.trace import PHASES, write_atomic
+from contracts import UsageError
+from contracts import HEADS
+from contracts.cli import parse_choices
+from contracts.files import staged
+from contracts.files import write_atomic
+from contracts.names import PHASES, SPECULATIVE_SCHEDULES
+from model.pair import resolve_placement
 from sim.report import render
 
 from . import hf
-from .plan import (check_out, choose_prompts, default_out, devices, graphs_on, check_acceptance, parse_heads,
-                   parse_ks)
-from .runs import control_for, decode, decoder, load_pair, progress, references
+from .plan import check_acceptance, choose_prompts, graphs_on, parse_ks, report_folder
+from .runs import control_for, decode, load_pair, progress, references
 
-SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
+SPECULATIVE = SPECULATIVE_SCHEDULES
 TARGET_SPEEDUP = 2.5  # below this over the best Hugging Face row, the report shows where our time goes
 
 
@@ -84,7 +87,7 @@ class System:
 
 
 def run(args) -> Path:
-    heads = parse_heads(args.heads)
+    heads = parse_choices(args.heads, HEADS, "head")
     ks = parse_ks(args.K)
     if len(ks) != 1:
         raise UsageError(f"--peers compares one K, got --K {args.K}")
@@ -95,37 +98,36 @@ def run(args) -> Path:
         raise UsageError("--peers measures real runs only; it takes no --profile or --measure")
     if args.max_new_tokens < 2 or args.warmup < 0:
         raise UsageError("--max-new-tokens must be >= 2 and --warmup >= 0")
-    placement, td, dd = devices(args.placement)
-    graphs = graphs_on(args.graphs, td)
+    placement, target_device, _ = resolve_placement(args.placement)
+    graphs = graphs_on(args.graphs, target_device)
     check_acceptance(args.acceptance)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
-    out = Path(args.out) if args.out else default_out("peers", placement, td)
-    check_out(out)
+    out = report_folder(args.out, "peers", placement, target_device, args.force)
     reference_len = args.max_new_tokens + 2 * K + 2
-    pair = load_pair(args.target, args.draft, td, dd, args.dtype, args.seed, prompts, reference_len, K,
-                     args.clustering, "flashhead" in heads)
-    control = control_for(pair, args.acceptance, dd, args.seed)  # for the reference rows
+    pair, work = load_pair(args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K,
+                           args.clustering)
+    control = control_for(pair, args.acceptance)  # for the reference rows
     hf_target, hf_draft = hf.hf_twin(pair.target.model, pair.room), hf.hf_twin(pair.draft.model, pair.room)
     hf.set_assistant(hf_draft, K)
     head_objs = {h: pair.head(h, args.probes) for h in heads}
-    plain = {h: decoder(pair, head_objs[h], K, graphs, None) for h in heads}
-    steered = {h: decoder(pair, head_objs[h], K, graphs, control) for h in heads} if control else {}
+    plain = {h: pair.decoder(head_objs[h], K, graphs, None) for h in heads}
+    steered = {h: pair.decoder(head_objs[h], K, graphs, control) for h in heads} if control else {}
     n, w = len(prompts), args.warmup
     trials = 0 if args.schedule else len(SPECULATIVE) * (1 + w) * (2 if control else 1)
     with progress(n + trials + (3 + len(plain) + len(steered)) * (n + w), "peers") as bar:
         bar.set_postfix_str("target references")
-        refs = references(plain[heads[0]], pair, reference_len)
+        refs = references(plain[heads[0]], work, reference_len)
         bar.update(n)
-        chosen = {"none": args.schedule or _trial(plain[heads[0]], pair, None, refs, args, bar)}
+        chosen = {"none": args.schedule or _trial(plain[heads[0]], work, None, refs, args, bar)}
         if control:
-            chosen["control"] = args.schedule or _trial(steered[heads[0]], pair, control, refs, args, bar)
-        systems = _systems(pair, hf_target, hf_draft, plain, steered, control, chosen, refs, args.max_new_tokens)
-        _interleave(systems, pair, w, bar)
+            chosen["control"] = args.schedule or _trial(steered[heads[0]], work, control, refs, args, bar)
+        systems = _systems(work, hf_target, hf_draft, plain, steered, control, chosen, refs, args.max_new_tokens)
+        _interleave(systems, work, w, bar)
     meta = {"weights": pair.weights, "target": args.target, "draft": args.draft, "placement": placement,
             "graphs": graphs, "K": K, "prompts": [p.id for p in prompts], "prompt_spec": args.prompts,
             "max_new_tokens": args.max_new_tokens, "warmup": w, "command": args.command, "chosen": chosen,
             "schedule_given": args.schedule is not None, "control": control.spec if control else None,
-            "dtype": pair.target.info["dtype"], "gpus": _gpus(td, dd)}
+            "dtype": pair.target.info["dtype"], "gpus": _gpus(pair.target_device, pair.draft_device)}
     table = rows_of(systems, refs, args.max_new_tokens)
     write(out, table, systems, meta)
     print(render(list(table[0]), [[_cell(v) for v in row.values()] for row in table]))
@@ -133,17 +135,17 @@ def run(args) -> Path:
     return out
 
 
-def _systems(pair, hf_target, hf_draft, plain: dict, steered: dict, control, chosen: dict, refs: dict,
+def _systems(work, hf_target, hf_draft, plain: dict, steered: dict, control, chosen: dict, refs: dict,
              max_new: int) -> list[System]:
     """The rows, each a function of the prompt index: Hugging Face's two, then ours."""
     def ours(dec, schedule, ctl):
-        return lambda i: _ours(decode(dec, pair, schedule, max_new, ctl, refs, prompts=[i])[0][1])
+        return lambda i: _ours(decode(dec, work, schedule, max_new, ctl, refs, order=[i])[0][1])
 
     first = next(iter(plain.values()))
     systems = [
-        System("hf-generate", "greedy", "-", "-", lambda i: _theirs(hf.generate(hf_target, pair.ids[i], max_new))),
+        System("hf-generate", "greedy", "-", "-", lambda i: _theirs(hf.generate(hf_target, work.ids[i], max_new))),
         System("hf-assisted", "assisted", "dense", "none",
-               lambda i: _theirs(hf.generate(hf_target, pair.ids[i], max_new, hf_draft))),
+               lambda i: _theirs(hf.generate(hf_target, work.ids[i], max_new, hf_draft))),
         System("ours-baseline", "baseline", "-", "-", ours(first, "baseline", None)),
     ]
     systems += [System(f"ours-{chosen['none']}-{h}", chosen["none"], h, "none", ours(dec, chosen["none"], None))
@@ -153,32 +155,32 @@ def _systems(pair, hf_target, hf_draft, plain: dict, steered: dict, control, cho
     return systems
 
 
-def _interleave(systems: list[System], pair, warmup: int, bar) -> None:
+def _interleave(systems: list[System], work, warmup: int, bar) -> None:
     """Warm-up generations of every system (not recorded), then every system on prompt i, then i + 1."""
     for s in systems:
         for _ in range(warmup):
             bar.set_postfix_str(f"warm-up {s.name}")
             s.run(0)
             bar.update()
-    for i, prompt in enumerate(pair.prompts):
+    for i, prompt in enumerate(work.prompts):
         for s in systems:
             bar.set_postfix_str(f"{s.name} {prompt.id}")
             s.samples.append((prompt.id, s.run(i)))
             bar.update()
 
 
-def _trial(dec, pair, control, refs, args, bar) -> str:
+def _trial(dec, work, control, refs, args, bar) -> str:
     """The fastest speculative schedule on the first prompt (after a warm-up each), for this acceptance."""
     speed = {}
     for schedule in SPECULATIVE:
         bar.set_postfix_str(f"trial {schedule}")
-        runs = decode(dec, pair, schedule, args.max_new_tokens, control, refs, args.warmup, [0], bar, "trial")
+        runs = decode(dec, work, schedule, args.max_new_tokens, control, refs, args.warmup, [0], bar, "trial")
         speed[schedule] = runs[0][1].decode_tokens / runs[0][1].decode_ms
     return max(speed, key=speed.get)
 
 
-def _gpus(td, dd) -> list[str]:
-    return [torch.cuda.get_device_name(d) for d in dict.fromkeys((td, dd)) if d.type == "cuda"] or ["none (cpu)"]
+def _gpus(*devices) -> list[str]:
+    return [torch.cuda.get_device_name(d) for d in dict.fromkeys(devices) if d.type == "cuda"] or ["none (cpu)"]
 
 
 def divergence(samples, refs: dict, max_new: int) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Issue A: run every configuration for real, then predict each from the same profile and its own trace.
+"""Run every configuration for real, then predict each from the same profile and its own trace.
 
 Order: check every input; decode all configurations (one decoder per (K, head), warm-up first); free
 the models; with --measure, measure the profile now (so both never share the GPU) with contexts that
@@ -7,42 +7,36 @@ cover the prompts; predict; write the report. Everything lands in a staged folde
 from __future__ import annotations
 
 import itertools
-import json
 import shlex
 import shutil
-import sys
 from pathlib import Path
-from unittest import mock
 
-from measure import __main__ as measure_cli
-from model.errors import UsageError
-from model.staging import staged
-from model.trace import check_summary, check_trace_line, write_summary, write_trace
-from sim.scenario import GRAPHS
+from contracts import HEADS, SCHEDULES, UsageError
+from contracts.cli import parse_choices
+from contracts.files import staged
+from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.trace import read_summary, read_trace, write_summary, write_trace
+from measure.__main__ import command_line, settings_from
+from measure.profiling import MeasureSettings, check_settings, measure_profile
+from model.pair import resolve_placement
 
 from . import report
 from .closed_form import closed_form
-from .plan import (Config, check_acceptance, check_out, check_profile, choose_prompts, default_out, devices, graphs_on,
-                   matrix, parse_heads, parse_ks, parse_schedules)
+from .plan import (Config, check_acceptance, check_out, check_profile, choose_prompts, graphs_on, matrix, parse_ks,
+                   report_folder)
 from .predict import phase_rows, predict
-from .runs import control_for, decode, decoder, free_memory, load_pair, progress, records, references, run_config_dict
+from .runs import control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
 
 
-def measure_argv(args, placement: str, graphs: bool, k_max: int, contexts, prompt_lengths, out: Path) -> list[str]:
-    """python -m measure's options for the same models, placement and regime; --measure-args last (they win)."""
-    argv = ["--target", args.target, "--draft", args.draft, "--placement", placement,
-            "--graphs", "on" if graphs else "off", "--k-max", str(k_max), "--contexts", ",".join(map(str, contexts)),
-            "--prompt-lengths", ",".join(map(str, prompt_lengths)), "--seed", str(args.seed), "--out", str(out)]
-    argv += ["--dtype", args.dtype] if args.dtype else []
-    argv += ["--clustering", args.clustering] if args.clustering else []
-    argv += ["--prompts-file", args.prompts_file] if args.prompts_file else []
-    return argv + shlex.split(args.measure_args)
-
-
-def _measure(argv: list[str]) -> None:
-    """python -m measure in this process; the profile's summary records the command as if run alone."""
-    with mock.patch.object(sys, "argv", ["measure", *argv]):
-        measure_cli.run(measure_cli.parse_args(argv))
+def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths) -> MeasureSettings:
+    """python -m measure's settings for the same models, placement and regime; --measure-args win."""
+    base = MeasureSettings(target=args.target, draft=args.draft, placement=placement, dtype=args.dtype,
+                           contexts=tuple(contexts), prompt_lengths=tuple(prompt_lengths), K_max=K_max,
+                           clustering=args.clustering, graphs=("on" if graphs else "off",),
+                           prompts_file=args.prompts_file, seed=args.seed)
+    settings, _ = settings_from(shlex.split(args.measure_args), base, overrides_only=True)
+    check_settings(settings)
+    return settings
 
 
 def _check_numbers(args, heads) -> None:
@@ -57,40 +51,41 @@ def _check_numbers(args, heads) -> None:
 
 
 def run(args) -> Path:
-    schedules, heads, ks = parse_schedules(args.schedules), parse_heads(args.heads), parse_ks(args.K)
+    schedules = parse_choices(args.schedules, SCHEDULES, "schedule")
+    heads = parse_choices(args.heads, HEADS, "head")
+    ks = parse_ks(args.K)
     configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
-    placement, td, dd = devices(args.placement)
-    graphs = graphs_on(args.graphs, td)
-    k_max = max(ks)
+    placement, target_device, _ = resolve_placement(args.placement)
+    graphs = graphs_on(args.graphs, target_device)
+    K_max = max(ks)
     if args.profile:
         check_profile(args.profile, placement, graphs)
     else:
-        measure_cli.parse_args(measure_argv(args, placement, graphs, k_max, [1], [1], Path("profile.json")))
+        measure_settings(args, placement, graphs, K_max, [1], [1])
     check_acceptance(args.acceptance)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
-    out = Path(args.out) if args.out else default_out("validation", placement, td)
-    check_out(out)
-    reference_len = args.max_new_tokens + 2 * k_max + 2
-    pair = load_pair(args.target, args.draft, td, dd, args.dtype, args.seed, prompts, reference_len, k_max,
-                     args.clustering, "flashhead" in heads)
-    control = control_for(pair, args.acceptance, dd, args.seed)
+    out = report_folder(args.out, "validation", placement, target_device, args.force)
+    reference_len = args.max_new_tokens + 2 * K_max + 2
+    pair, work = load_pair(args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K_max,
+                          args.clustering)
+    control = control_for(pair, args.acceptance)
     if "flashhead" in heads:
         pair.head("flashhead", args.probes)  # bad probes fail here, before any run
-    lengths = [len(x) for x in pair.ids]
-    meta = _meta(args, pair, placement, graphs, control, prompts)
+    lengths = [len(x) for x in work.ids]
+    meta = _meta(args, pair, graphs, control, prompts)
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
-        recorded = _decode_all(args, pair, configs, control, placement, graphs, reference_len, folder, ks[0])
+        recorded = _decode_all(args, pair, work, configs, control, graphs, reference_len, folder, ks[0])
         del pair, control
         free_memory()
         profile_path = args.profile
         if args.measure:
-            contexts = sorted({min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * k_max})
+            contexts = sorted({min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * K_max})
             profile_path = folder / "profile.json"
-            _measure(measure_argv(args, placement, graphs, k_max, contexts, sorted({min(lengths), max(lengths)}),
-                                  profile_path))
+            settings = measure_settings(args, placement, graphs, K_max, contexts, sorted({min(lengths), max(lengths)}))
+            measure_profile(settings, profile_path, command_line(settings, out / "profile.json"))
         profile = check_profile(str(profile_path), placement, graphs)
         results, notes = _predict_all(recorded, profile_path, profile, placement, graphs, folder)
         notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
@@ -122,7 +117,7 @@ def run_from_runs(args) -> Path:
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
     out = Path(args.out)
-    check_out(out)
+    check_out(out, args.force)
     drafted = next((r[3]["config"] for r in recorded if r[0].K), first)
     control = drafted.get("acceptance_control")
     meta = {"weights": first["weights"], "target": first["target"], "draft": drafted["draft"],
@@ -143,23 +138,15 @@ def run_from_runs(args) -> Path:
 
 def _recorded(summary_path: Path) -> tuple:
     """(config, probes, trace lines, summary) of one recorded configuration, checked against the contract."""
-    summary = json.loads(summary_path.read_text())
-    where = str(summary_path)
-    try:
-        check_summary(summary, where)
-        c = summary["config"]
-        trace = summary_path.with_name(summary_path.name.replace(".summary.json", ".trace.jsonl"))
-        lines = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
-        for line in lines:
-            check_trace_line(line, str(trace))
-    except (ValueError, KeyError, OSError) as error:
-        raise UsageError(f"--from-runs: {error}") from None
-    return Config(c["schedule"], c["head"], c["K"]), c["probes"], lines, summary
+    summary = read_summary(summary_path)
+    config = summary["config"]
+    lines = read_trace(summary_path.with_name(summary_path.name.replace(".summary.json", ".trace.jsonl")))
+    return Config(config["schedule"], config["head"], config["K"]), config["probes"], lines, summary
 
 
 def _predict_all(recorded, profile_path, profile, placement: str, graphs: bool, folder: Path):
     """Simulator and closed form for every recorded configuration; (results, the simulator's notes)."""
-    costs = profile.costs[GRAPHS["on" if graphs else "off"]]
+    costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
     results, notes = [], []
     for config, probes, lines, summary in recorded:
         trace = folder / "traces" / f"{config.name}.trace.jsonl"
@@ -171,24 +158,24 @@ def _predict_all(recorded, profile_path, profile, placement: str, graphs: bool, 
     return results, notes
 
 
-def _decode_all(args, pair, configs, control, placement, graphs, reference_len, folder: Path, first_K: int) -> list:
+def _decode_all(args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int) -> list:
     """Every configuration over every prompt; writes its trace and summary; returns what prediction needs."""
     recorded, refs = [], None
-    total = len(configs) * (len(pair.prompts) + args.warmup) + (len(pair.prompts) if control else 0)
+    total = len(configs) * (len(work.prompts) + args.warmup) + (len(work.prompts) if control else 0)
     with progress(total, "validate") as bar:
         for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
             head = pair.head(head_kind, args.probes)
-            dec = decoder(pair, head, K or first_K, graphs, control)
+            dec = pair.decoder(head, K or first_K, graphs, control)
             if control is not None and refs is None:
                 bar.set_postfix_str("target references")
-                refs = references(dec, pair, reference_len)
-                bar.update(len(pair.prompts))
+                refs = references(dec, work, reference_len)
+                bar.update(len(work.prompts))
             for config in group:
                 probes = head.probes if config.head == "flashhead" else None
-                runs = decode(dec, pair, config.schedule, args.max_new_tokens, control, refs, args.warmup,
+                runs = decode(dec, work, config.schedule, args.max_new_tokens, control, refs, args.warmup,
                               bar=bar, label=config.name)
                 lines, summary = records(runs, config, probes, run_config_dict(
-                    pair, config, probes, placement, dec.graphs, args.max_new_tokens, control))
+                    pair, work.prompts, config, probes, dec.graphs, args.max_new_tokens, control))
                 write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
                 write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
                 recorded.append((config, probes, lines, summary))
@@ -197,10 +184,10 @@ def _decode_all(args, pair, configs, control, placement, graphs, reference_len, 
     return recorded
 
 
-def _meta(args, pair, placement: str, graphs: bool, control, prompts) -> dict:
+def _meta(args, pair, graphs: bool, control, prompts) -> dict:
     info = lambda m: ", ".join(f"{k} {v}" for k, v in m.info.items() if k in ("dtype", "quantization", "kernel") and v)
     return {"weights": pair.weights, "target": args.target, "draft": args.draft, "target_info": info(pair.target),
-            "draft_info": info(pair.draft), "placement": placement, "graphs": graphs,
+            "draft_info": info(pair.draft), "placement": pair.placement, "graphs": graphs,
             "acceptance": (f"acceptance control {control.spec} (seed {control.seed})" if control is not None
                            else "the draft's own proposals (no acceptance control)"),
             "prompts": [p.id for p in prompts], "prompt_spec": args.prompts, "max_new_tokens": args.max_new_tokens,

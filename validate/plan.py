@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import datetime
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from contracts import UsageError
+from contracts.names import REGIME_OF_GRAPHS_FLAG
 from model.acceptance_control import parse_spec
-from model.decoder import placement_devices
-from model.errors import UsageError
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
-from sim.scenario import GRAPHS
-from sim.schedules import HEADS, SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -28,22 +27,6 @@ class Config:
     @property
     def name(self) -> str:
         return "baseline" if self.schedule == "baseline" else f"{self.schedule}-{self.head}-K{self.K}"
-
-
-def _choices(text: str, valid: tuple, what: str) -> tuple[str, ...]:
-    chosen = valid if text == "all" else tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
-    bad = [v for v in chosen if v not in valid]
-    if bad or not chosen:
-        raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid: {', '.join(valid)}, or all")
-    return chosen
-
-
-def parse_schedules(text: str) -> tuple[str, ...]:
-    return _choices(text, SCHEDULES, "schedule")
-
-
-def parse_heads(text: str) -> tuple[str, ...]:
-    return _choices(text, HEADS, "head")
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -80,14 +63,6 @@ def choose_prompts(spec: str, path: str | None, n: int) -> list[Prompt]:
     return [prompts[round(i * len(prompts) / n)] for i in range(n)]
 
 
-def devices(placement: str | None) -> tuple[str, torch.device, torch.device]:
-    """(placement, target device, draft device); the default follows the GPUs present."""
-    placement = placement or ("two-gpu" if torch.cuda.device_count() >= 2 else
-                              "one-gpu" if torch.cuda.is_available() else "cpu")
-    td, dd = placement_devices(placement)
-    return placement, td, dd
-
-
 def graphs_on(graphs: str | None, target_device: torch.device) -> bool:
     if graphs is None:
         return target_device.type == "cuda"
@@ -104,20 +79,32 @@ def check_profile(path: str, placement: str, graphs: bool) -> Profile:
     if profile.placement != placement:
         raise UsageError(f"profile {path} was measured on placement {profile.placement}, this run uses {placement} "
                          f"(measure again with --placement {placement}, or pass --measure)")
-    regime = GRAPHS["on" if graphs else "off"]
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
     if regime not in profile.costs:
         raise UsageError(f"profile {path} has no {regime} costs (it carries {', '.join(profile.costs)}); "
                          f"run with --graphs {'off' if graphs else 'on'} or measure that regime")
     return profile
 
 
-def default_out(kind: str, placement: str, target_device: torch.device) -> Path:
-    """reports/<kind>/<placement>-<gpu or cpu>-<date>/."""
-    machine = torch.cuda.get_device_name(target_device) if target_device.type == "cuda" else "cpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
-    return Path("reports") / kind / f"{placement}-{slug}-{datetime.date.today().isoformat()}"
+def report_folder(given: str | None, kind: str, placement: str, target_device: torch.device, force: bool) -> Path:
+    """--out, or ./out/<kind>/<placement>-<gpu or cpu>-<date>/ under the current directory; an existing
+    report there is replaced only with --force."""
+    if given:
+        out = Path(given)
+    else:
+        machine = torch.cuda.get_device_name(target_device) if target_device.type == "cuda" else "cpu"
+        slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
+        out = Path("out") / kind / f"{placement}-{slug}-{datetime.date.today().isoformat()}"
+    check_out(out, force)
+    return out
 
 
-def check_out(out: Path) -> None:
+def check_out(out: Path, force: bool) -> None:
+    """The report folder can be written: not a file, not an existing folder unless --force."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise UsageError(f"--out {out} already holds a report; choose another folder or pass --force to replace it")
+    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--out {out}: {parent} is not writable")

@@ -6,10 +6,10 @@ acceptance's.
 """
 from __future__ import annotations
 
+from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_PHASES
 from sim.acceptance import TraceReplay
 from sim.profile import load_profile
-from sim.scenario import GRAPHS, Scenario, run
-from sim.schedules import PHASES
+from sim.scenario import Scenario, run
 from sim.schedules import Config as SimConfig
 from sim.simulate import simulate
 
@@ -27,8 +27,8 @@ def predict(profile_path, trace_path, lines: list[dict], config: Config, probes:
             by_prompt.setdefault(line["prompt_id"], []).append(line)
         source = TraceReplay(by_prompt, "dense", None)
         sim_config = SimConfig("baseline", "dense", 1, profile.default_probes, placement)
-        row = simulate(profile.costs[GRAPHS[regime_flag]], sim_config, source, source.generations, ceiling=False)
-        return row, [f"profile: {profile.label()} [{profile.source}], regime: {GRAPHS[regime_flag]}"]
+        row = simulate(profile.costs[REGIME_OF_GRAPHS_FLAG[regime_flag]], sim_config, source, source.generations, ceiling=False)
+        return row, [f"profile: {profile.label()} [{profile.source}], regime: {REGIME_OF_GRAPHS_FLAG[regime_flag]}"]
     scenario = Scenario(profile=str(profile_path), acceptance=f"trace:{trace_path}", schedules=(config.schedule,),
                         heads=(config.head,), K=config.K, probes=probes, placement=placement, graphs=regime_flag)
     rows, resolved = run(scenario, ceiling=False)
@@ -41,7 +41,7 @@ def phase_rows(summary: dict, predicted: dict) -> list[dict]:
     within TTFT."""
     measured = summary.get("phases_ms") or {}
     rows = []
-    for phase in PHASES:
+    for phase in SIMULATED_PHASES:
         m, p = measured.get(phase, 0.0), predicted["phase_ms"].get(phase, 0.0)
         rows.append({"phase": phase, "measured_ms": m, "predicted_ms": p,
                      "measured_share": m / summary["decode_ms"] if summary["decode_ms"] else 0.0,

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.trace import write_atomic
+from contracts.files import write_atomic
 from sim.report import render
 
 from .closed_form import ClosedForm

@@ -1,0 +1,69 @@
+"""Outputs that appear whole or not at all: written beside their final name, then renamed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename it over `path`; on failure (a full disk)
+    nothing is left behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@contextmanager
+def staged(out: str | Path, merge: bool = False) -> Iterator[Path]:
+    """Yields an empty folder beside `out`. When the block succeeds it becomes `out`: replacing an
+    earlier folder there, or with `merge` its files are moved into it (same names replaced). When the
+    block fails, it is removed with any parent folder it made."""
+    out = Path(out)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the output folder is an ordinary one
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # innermost first
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    if not out.exists():
+        os.rename(tmp, out)
+    elif merge:
+        for file in tmp.iterdir():
+            os.replace(file, out / file.name)
+        tmp.rmdir()
+    else:
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, old / out.name)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A UTF-8 text file's contents; unreadable or undecodable files are bad input."""
+    from contracts.cli import UsageError
+
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None

@@ -1,0 +1,131 @@
+"""The cost profile (`specloop.profile/1`): written by `measure`, read by `sim`; one checker, one reader.
+
+A timing is `{median_ms, p10_ms, p90_ms, n, host_ms?}`; a table is `{"points": [timing + axes]}` over
+the axes below, forming a full grid. `docs/contracts.md` lists every field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from contracts.cli import UsageError
+from contracts.files import read_text, write_atomic
+from contracts.names import PLACEMENTS, REGIMES
+
+PROFILE_SCHEMA = "specloop.profile/1"
+READABLE_SCHEMAS = (PROFILE_SCHEMA, "flashspec.profile/1")  # the tool's earlier name
+AXES = ("n_tokens", "context", "prompt_len", "probes")
+TIMING_FIELDS = ("median_ms", "p10_ms", "p90_ms", "host_ms")
+REQUIRED_COSTS = {
+    "target": ("forward_ms", "prefill_ms"),
+    "draft": ("body_ms", "head_dense_ms", "head_flashhead_ms", "prefill_ms"),
+    "host": ("item_ms", "copy_token_ms", "event_sync_ms", "round_bookkeeping_ms"),
+}
+
+
+def finite(value, where: str) -> float:
+    """A finite, non-negative number, or UsageError naming where it sits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"{where}: expected a finite number, got {value!r}")
+    if value < 0:
+        raise UsageError(f"{where}: must not be negative, got {value!r}")
+    return float(value)
+
+
+def cost_grid(raw, where: str) -> tuple[tuple[str, ...], dict[tuple[float, ...], tuple[float, float]]]:
+    """A timing or table as (axes, {axis values: (median_ms, host_ms)}), checked to be a full grid."""
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: expected a timing or a table object")
+    points = raw.get("points", [raw])
+    if not isinstance(points, list) or not points:
+        raise UsageError(f"{where}.points: expected a non-empty list")
+    first = points[0] if isinstance(points[0], dict) else {}
+    axes = tuple(a for a in AXES if a in first)
+    grid = {}
+    for i, point in enumerate(points):
+        here = f"{where}.points[{i}]" if "points" in raw else where
+        if not isinstance(point, dict) or tuple(a for a in AXES if a in point) != axes:
+            raise UsageError(f"{here}: every point needs the same axes {list(axes)}")
+        if "median_ms" not in point:
+            raise UsageError(f"{here}: missing median_ms")
+        key = tuple(finite(point[a], f"{here}.{a}") for a in axes)
+        grid[key] = (finite(point["median_ms"], f"{here}.median_ms"), finite(point.get("host_ms", 0.0), f"{here}.host_ms"))
+    sizes = [len({k[d] for k in grid}) for d in range(len(axes))]
+    if len(grid) != math.prod(sizes) or len(grid) != len(points):
+        raise UsageError(f"{where}: table points must form a full grid over {list(axes)}, each point once")
+    return axes, grid
+
+
+def check_profile(raw, source: str) -> None:
+    """Raise UsageError unless `raw` is a valid profile (schema, setup, every required cost, FlashHead)."""
+    if not isinstance(raw, dict):
+        raise UsageError(f"{source}: a profile is a JSON object")
+    if raw.get("schema") not in READABLE_SCHEMAS:
+        raise UsageError(f"{source}: unknown profile schema {raw.get('schema')!r} (expected {PROFILE_SCHEMA!r})")
+    setup = raw.get("setup")
+    if not isinstance(setup, dict):
+        raise UsageError(f"{source}: missing 'setup' section")
+    if setup.get("placement") not in PLACEMENTS:
+        raise UsageError(f"{source}: setup.placement must be one of {', '.join(PLACEMENTS)}")
+    lengths = setup.get("prompt_lengths", [])
+    if not isinstance(lengths, list) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
+        raise UsageError(f"{source}: setup.prompt_lengths must be a list of positive integers")
+    regimes = raw.get("regimes")
+    if not isinstance(regimes, dict) or not regimes or set(regimes) - set(REGIMES):
+        raise UsageError(f"{source}: 'regimes' must hold {' and/or '.join(repr(r) for r in REGIMES)}")
+    for name, regime in regimes.items():
+        for group, costs in REQUIRED_COSTS.items():
+            section = regime.get(group) if isinstance(regime, dict) else None
+            if not isinstance(section, dict):
+                raise UsageError(f"{source}: regimes.{name}.{group}: missing section")
+            for cost in costs:
+                if cost not in section:
+                    raise UsageError(f"{source}: regimes.{name}.{group}.{cost}: missing cost")
+                cost_grid(section[cost], f"{source}: regimes.{name}.{group}.{cost}")
+    default = setup.get("default_regime", next(iter(regimes)))
+    if default not in regimes:
+        raise UsageError(f"{source}: setup.default_regime {default!r} is not among its regimes")
+    _check_flashhead(raw.get("flashhead"), source)
+
+
+def _check_flashhead(flashhead, source: str) -> None:
+    def positive_int(key):
+        value = flashhead.get(key)
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    if not isinstance(flashhead, dict) or not (positive_int("clusters") and positive_int("cluster_size")):
+        raise UsageError(f"{source}: 'flashhead' needs positive integers clusters and cluster_size")
+    if flashhead.get("default_probes") is not None and not positive_int("default_probes"):
+        raise UsageError(f"{source}: flashhead.default_probes must be a positive integer")
+    if flashhead.get("default_probes", 1) > flashhead["clusters"]:
+        raise UsageError(f"{source}: flashhead.default_probes exceeds the {flashhead['clusters']} clusters")
+    agreement = flashhead.get("agreement")
+    if agreement is None:
+        return
+    probes, r = (agreement.get("probes"), agreement.get("r")) if isinstance(agreement, dict) else (None, None)
+    if not isinstance(probes, list) or not isinstance(r, list):
+        raise UsageError(f"{source}: flashhead.agreement needs lists 'probes' and 'r'")
+    if (len(probes) != len(r) or not probes or any(isinstance(p, bool) or not isinstance(p, int) for p in probes)
+            or probes != sorted(set(probes)) or probes[0] < 1):
+        raise UsageError(f"{source}: flashhead.agreement probes must be increasing positive integers matching r")
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1 for x in r):
+        raise UsageError(f"{source}: flashhead.agreement r values must be numbers in [0, 1]")
+
+
+def read_profile(path: str | Path) -> dict:
+    """A profile file, parsed and checked."""
+    path = Path(path)
+    try:
+        raw = json.loads(read_text(path, "profile"))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    check_profile(raw, str(path))
+    return raw
+
+
+def write_profile(path: str | Path, profile: dict) -> None:
+    """Check, then write atomically: a profile on disk is always one its readers accept."""
+    check_profile(profile, str(path))
+    write_atomic(path, json.dumps(profile, indent=1) + "\n")

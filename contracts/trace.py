@@ -1,0 +1,130 @@
+"""The acceptance trace (`specloop.trace/1`, JSONL, one line per round) and the run summary
+(`specloop.summary/1`, JSON): written by the decoder, read by `sim` and `validate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contracts.cli import UsageError
+from contracts.files import read_text, write_atomic
+from contracts.names import PHASES
+
+TRACE_SCHEMA = "specloop.trace/1"
+SUMMARY_SCHEMA = "specloop.summary/1"
+READABLE_TRACE_SCHEMAS = (TRACE_SCHEMA, "flashspec.trace/1")  # the tool's earlier name
+READABLE_SUMMARY_SCHEMAS = (SUMMARY_SCHEMA, "flashspec.summary/1")
+
+_TRACE_FIELDS = {"prompt_id": str, "round": int, "schedule": str, "head": str, "K": int, "proposed": int,
+                 "accepted": int, "emitted": int, "verify_skipped": bool, "context": int}
+_SUMMARY_FIELDS = {"config": dict, "ttft_ms": float, "decode_tokens": int, "decode_ms": float,
+                   "decode_tok_s": float, "mean_emitted": float, "verify_calls": int, "append_calls": int,
+                   "per_prompt": list}
+_CONFIG_FIELDS = ("target", "draft", "weights", "head", "probes", "schedule", "K", "placement", "graphs",
+                  "max_new_tokens", "prompts")
+_PER_PROMPT_FIELDS = {"prompt_id": str, "ttft_ms": float, "decode_tokens": int, "decode_ms": float, "rounds": int}
+
+
+def _typed(obj: dict, name: str, kind: type, where: str) -> None:
+    value = obj.get(name)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value >= 0
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        wanted = {float: "a non-negative number", int: "a non-negative integer"}.get(kind, kind.__name__)
+        raise UsageError(f"{where}: field {name!r} must be {wanted}, got {value!r}")
+
+
+def _check_phases(phases, where: str) -> None:
+    if not isinstance(phases, dict) or set(phases) != set(PHASES):
+        raise UsageError(f"{where}: phases_ms must have exactly {list(PHASES)}")
+    for phase in PHASES:
+        _typed(phases, phase, float, f"{where} phases_ms")
+
+
+def check_trace_line(line, where: str = "trace") -> None:
+    """Raise UsageError unless `line` is a valid trace line."""
+    if not isinstance(line, dict):
+        raise UsageError(f"{where}: expected a JSON object")
+    if line.get("schema") not in READABLE_TRACE_SCHEMAS:
+        raise UsageError(f"{where}: unknown trace schema {line.get('schema')!r} (expected {TRACE_SCHEMA!r})")
+    for name, kind in _TRACE_FIELDS.items():
+        _typed(line, name, kind, where)
+    if line.get("lookahead_used") not in (None, True, False):
+        raise UsageError(f"{where}: lookahead_used must be true, false or null")
+    probes = line.get("probes")
+    if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
+        raise UsageError(f"{where}: probes must be a positive integer or null, got {probes!r}")
+    if not line["accepted"] <= line["proposed"] <= line["K"]:
+        raise UsageError(f"{where}: need accepted <= proposed <= K, got {line['accepted']}, {line['proposed']}, "
+                         f"{line['K']}")
+    if not 1 <= line["emitted"] <= line["accepted"] + 1:
+        raise UsageError(f"{where}: emitted must be in 1..accepted+1, got {line['emitted']}")
+    if "phases_ms" in line:
+        _check_phases(line["phases_ms"], where)
+
+
+def check_summary(summary, where: str = "summary") -> None:
+    """Raise UsageError unless `summary` is a valid run summary."""
+    if not isinstance(summary, dict):
+        raise UsageError(f"{where}: expected a JSON object")
+    if summary.get("schema") not in READABLE_SUMMARY_SCHEMAS:
+        raise UsageError(f"{where}: unknown summary schema {summary.get('schema')!r} (expected {SUMMARY_SCHEMA!r})")
+    for name, kind in _SUMMARY_FIELDS.items():
+        _typed(summary, name, kind, where)
+    missing = [k for k in _CONFIG_FIELDS if k not in summary["config"]]
+    if missing:
+        raise UsageError(f"{where}: config lacks {missing}")
+    if summary.get("acceptance") is not None:
+        _typed(summary, "acceptance", float, where)
+    if summary.get("phases_ms") is not None:
+        _check_phases(summary["phases_ms"], where)
+    for entry in summary["per_prompt"]:
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: per_prompt entries must be objects")
+        for name, kind in _PER_PROMPT_FIELDS.items():
+            _typed(entry, name, kind, f"{where} per_prompt")
+
+
+def read_trace(path: str | Path) -> list[dict]:
+    """Every line of a trace file, each checked."""
+    path = Path(path)
+    lines = []
+    for number, raw in enumerate(read_text(path, "trace").splitlines(), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{where}: not valid JSON ({e.msg})") from None
+        check_trace_line(line, where)
+        lines.append(line)
+    if not lines:
+        raise UsageError(f"{path}: trace has no rounds")
+    return lines
+
+
+def read_summary(path: str | Path) -> dict:
+    """A run summary file, parsed and checked."""
+    path = Path(path)
+    try:
+        summary = json.loads(read_text(path, "run summary"))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON ({e.msg})") from None
+    check_summary(summary, str(path))
+    return summary
+
+
+def write_trace(path: str | Path, lines: list[dict]) -> None:
+    for number, line in enumerate(lines, 1):
+        check_trace_line(line, f"{path}:{number}")
+    write_atomic(path, "".join(json.dumps(line) + "\n" for line in lines))
+
+
+def write_summary(path: str | Path, summary: dict) -> None:
+    check_summary(summary, str(path))
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")

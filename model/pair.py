@@ -1,0 +1,117 @@
+"""A target and draft pair as the decoder uses them: placed, loaded, checked against each other,
+caches sized, heads and acceptance control built. `python -m model`, `measure` and `validate` all
+set up their models here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from contracts import PLACEMENTS, UsageError
+from model.acceptance_control import AcceptanceControl
+from model.decoder import Decoder, cache_room
+from model.flashhead import Clustering, build_clustering, load_assets
+from model.heads import DenseHead, FlashHead
+from model.loading import Loaded, load_model
+from model.tokenizer import check_compatible
+
+
+def resolve_placement(placement: str | None) -> tuple[str, torch.device, torch.device]:
+    """(placement, target device, draft device); None picks two-gpu with 2 GPUs, one-gpu with 1, else
+    cpu. A placement this machine cannot run is bad input."""
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if placement is None:
+        placement = "two-gpu" if have >= 2 else "one-gpu" if have == 1 else "cpu"
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+    if placement == "cpu":
+        return placement, torch.device("cpu"), torch.device("cpu")
+    need = 2 if placement == "two-gpu" else 1
+    if have < need:
+        raise UsageError(f"no GPU: placement {placement} needs {need} CUDA GPU{'s' * (need > 1)}, found {have} "
+                         f"(use --placement cpu{'' if have < 1 else ' or one-gpu'})")
+    return placement, torch.device("cuda", 0), torch.device("cuda", need - 1)
+
+
+@dataclass
+class Pair:
+    """The loaded target, the draft (None when only the baseline runs) and what they share."""
+
+    target: Loaded
+    draft: Loaded | None
+    placement: str
+    seed: int
+    clustering_folder: str | None = None  # FlashHead assets to load; None: build them from the draft's head
+    room: int = 0  # cache slots, once `size_caches` ran
+    _clustering: Clustering | None = field(default=None, repr=False)
+
+    @property
+    def target_device(self) -> torch.device:
+        return self.target.model.head_weight.device
+
+    @property
+    def draft_device(self) -> torch.device:
+        return self.draft.model.head_weight.device if self.draft is not None else self.target_device
+
+    @property
+    def weights(self) -> str:
+        """"synthetic" when either model has random weights, else "real"."""
+        models = [m for m in (self.target, self.draft) if m is not None]
+        return "synthetic" if any(m.info["weights"] == "synthetic" for m in models) else "real"
+
+    def size_caches(self, prompt_lengths: list[int], new_tokens: int, K: int) -> int:
+        """Static caches big enough for the longest prompt, `new_tokens` and a K-token look-ahead."""
+        self.room = cache_room(max(prompt_lengths), new_tokens, K)
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.model.setup_cache(self.room)
+        return self.room
+
+    @property
+    def clustering(self) -> Clustering:
+        """The draft head's FlashHead clustering: loaded from its folder, or built (seeded) once."""
+        if self._clustering is None:
+            weight = self.draft.model.head_weight
+            built = load_assets(self.clustering_folder) if self.clustering_folder else build_clustering(
+                weight, seed=self.seed)
+            self._clustering = built.to(weight.device)
+        return self._clustering
+
+    def head(self, kind: str, probes: int | None = None):
+        """The draft head: dense, or FlashHead at `probes` (None: clusters / 16)."""
+        weight = self.draft.model.head_weight
+        if kind == "dense":
+            return DenseHead(weight)
+        eos = self.draft.tokenizer.eos_token_id
+        return FlashHead(weight, self.clustering, probes, always_tokens=[eos] if eos is not None else ())
+
+    def acceptance_control(self, spec: str | None) -> AcceptanceControl | None:
+        """Acceptance control for synthetic weights (None or "none": the draft's own proposals)."""
+        if spec in (None, "none"):
+            return None
+        if self.weights == "real":
+            raise UsageError("--acceptance replaces the draft's proposals; it is for synthetic weights only "
+                             "(use --acceptance none with real checkpoints)")
+        return AcceptanceControl(spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed)
+
+    def decoder(self, head=None, K: int = 6, graphs: bool = True, control=None, phases: bool = True,
+                stop_at_eos: bool = False) -> Decoder:
+        """A decoder over the pair (graphs captured now); `size_caches` must have run."""
+        return Decoder(self.target.model, self.draft.model if self.draft else None, head, K=K, graphs=graphs,
+                       control=control, phases=phases, eos_id=self.target.tokenizer.eos_token_id,
+                       stop_at_eos=stop_at_eos)
+
+
+def load_pair(target: str, draft: str | None, placement: str | None = None, dtype: str | None = None, seed: int = 0,
+              kernels: str | None = None, clustering: str | None = None, max_seq_len: int = 1) -> Pair:
+    """Both models (target seeded `seed`, draft `seed + 1`), on the placement's devices, checked to
+    share one vocabulary and tokenizer. `max_seq_len` is the initial cache (see `Pair.size_caches`)."""
+    placement, target_device, draft_device = resolve_placement(placement)
+    loaded_target = load_model(target, target_device, dtype, seed, max_seq_len=max_seq_len, kernels=kernels)
+    loaded_draft = None
+    if draft is not None:
+        loaded_draft = load_model(draft, draft_device, dtype, seed + 1, max_seq_len=max_seq_len, kernels=kernels)
+        check_compatible(loaded_target.tokenizer, loaded_draft.tokenizer, loaded_target.model.config.vocab_size,
+                         loaded_draft.model.config.vocab_size)
+    return Pair(loaded_target, loaded_draft, placement, seed, clustering)
