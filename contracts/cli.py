@@ -59,3 +59,11 @@ def parse_choices(text: str, valid: tuple[str, ...], what: str) -> tuple[str, ..
         raise UsageError(f"unknown {what} {', '.join(repr(b) for b in bad) or repr(text)}; valid: {', '.join(valid)}, "
                          "or all")
     return chosen
+
+
+def api_attribute(api: dict[str, str], package: str, name: str):
+    """A package's `__getattr__` for its API: `name` is imported from its module on first use, so
+    importing the package (as `python -m` does before `--help`) needs none of its heavy dependencies."""
+    if name not in api:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(api[name]), name)

@@ -67,3 +67,28 @@ def read_text(path: str | Path, what: str) -> str:
         raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{what} {path} is not UTF-8 text") from None
+
+
+def check_output_folder(out: Path, option: str) -> None:
+    """An output folder can be made or written: not an existing file, and its nearest existing parent
+    writable. Checked before any work, so that a run never fails at its end for want of a place."""
+    from contracts.cli import UsageError
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{option} {out} exists and is not a folder")
+    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UsageError(f"{option} {out}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {out}: {parent} is not writable")
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """An output file can be written: not an existing folder, and its folder can be made or written."""
+    from contracts.cli import UsageError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name")
+    check_output_folder(path.parent, option)

@@ -17,6 +17,7 @@ from contracts.names import PLACEMENTS, REGIMES
 PROFILE_SCHEMA = "specloop.profile/1"
 READABLE_SCHEMAS = (PROFILE_SCHEMA, "flashspec.profile/1")  # the tool's earlier name
 AXES = ("n_tokens", "context", "prompt_len", "probes")
+WEIGHTS = ("synthetic", "real", "study-derived")
 TIMING_FIELDS = ("median_ms", "p10_ms", "p90_ms", "host_ms")
 REQUIRED_COSTS = {
     "target": ("forward_ms", "prefill_ms"),
@@ -67,11 +68,20 @@ def check_profile(raw, source: str) -> None:
     setup = raw.get("setup")
     if not isinstance(setup, dict):
         raise UsageError(f"{source}: missing 'setup' section")
+    for model in ("target", "draft"):
+        identity = setup.get(model)
+        if not isinstance(identity, dict) or not isinstance(identity.get("name"), str):
+            raise UsageError(f"{source}: setup.{model} must be an object with a 'name'")
+        if identity.get("weights") not in WEIGHTS:
+            raise UsageError(f"{source}: setup.{model}.weights must be one of {', '.join(WEIGHTS)}")
     if setup.get("placement") not in PLACEMENTS:
         raise UsageError(f"{source}: setup.placement must be one of {', '.join(PLACEMENTS)}")
     lengths = setup.get("prompt_lengths", [])
     if not isinstance(lengths, list) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
         raise UsageError(f"{source}: setup.prompt_lengths must be a list of positive integers")
+    width = setup.get("fixed_width")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise UsageError(f"{source}: setup.fixed_width must be a positive integer or null")
     regimes = raw.get("regimes")
     if not isinstance(regimes, dict) or not regimes or set(regimes) - set(REGIMES):
         raise UsageError(f"{source}: 'regimes' must hold {' and/or '.join(repr(r) for r in REGIMES)}")
@@ -85,7 +95,7 @@ def check_profile(raw, source: str) -> None:
                     raise UsageError(f"{source}: regimes.{name}.{group}.{cost}: missing cost")
                 cost_grid(section[cost], f"{source}: regimes.{name}.{group}.{cost}")
     default = setup.get("default_regime", next(iter(regimes)))
-    if default not in regimes:
+    if not isinstance(default, str) or default not in regimes:
         raise UsageError(f"{source}: setup.default_regime {default!r} is not among its regimes")
     _check_flashhead(raw.get("flashhead"), source)
 
@@ -99,7 +109,7 @@ def _check_flashhead(flashhead, source: str) -> None:
         raise UsageError(f"{source}: 'flashhead' needs positive integers clusters and cluster_size")
     if flashhead.get("default_probes") is not None and not positive_int("default_probes"):
         raise UsageError(f"{source}: flashhead.default_probes must be a positive integer")
-    if flashhead.get("default_probes", 1) > flashhead["clusters"]:
+    if (flashhead.get("default_probes") or 1) > flashhead["clusters"]:
         raise UsageError(f"{source}: flashhead.default_probes exceeds the {flashhead['clusters']} clusters")
     agreement = flashhead.get("agreement")
     if agreement is None:

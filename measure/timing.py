@@ -3,14 +3,30 @@
 Each repetition starts from an idle device (synchronized), so `host_ms` is what the host spends
 issuing the operation and `median_ms` is when its work is done: CUDA events on a GPU, the wall clock
 on the CPU. An operation whose host_ms is close to median_ms is launch-bound.
+
+The end of the module holds what the GPU benchmark commands (`python -m measure.speed`,
+`measure.head_speed`, `measure.awq_sweep`; docs/benchmarks.md) share: the checks they make before
+any work (a writable --out, a CUDA GPU, the modules they need), bandwidth floors, the environment
+they record, and their JSON output.
 """
 from __future__ import annotations
 
+import argparse
+import gc
+import importlib.metadata
+import importlib.util
+import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
+
+from contracts import UsageError
+from contracts.files import write_atomic
+from model.loading import parse_device
 
 
 def _sync(devices: Sequence[torch.device]) -> None:
@@ -107,3 +123,84 @@ def time_in_graph(fn: Callable, inputs: Sequence[tuple], device: torch.device, r
             if i >= 2:
                 per_call.append((times[0] - times[1]) / calls)
     return summarize(per_call, [0.0] * len(per_call))
+
+
+# --- What the GPU benchmark commands share -------------------------------------------------------
+
+SYNTHETIC = "synthetic"  # the weights label of every benchmark output: real shapes, seeded random values
+
+
+def at_least_one(text: str) -> int:
+    """argparse type of counts such as --reps: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_out(out: str | Path) -> Path:
+    """--out names a file that can be written: not an existing folder, under a folder that exists or
+    can be made (its nearest existing ancestor is a writable folder). Creates nothing."""
+    out = Path(out)
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give the name of the JSON file to write")
+    ancestor = next((folder for folder in out.parents if folder.exists()), Path("."))
+    if not ancestor.is_dir():
+        raise UsageError(f"--out {out}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {ancestor} is not writable")
+    return out
+
+
+def require_cuda(command: str, device: str = "cuda:0", modules: Sequence[str] = ()) -> torch.device:
+    """The CUDA device `command` measures on; no GPU, a device that is not a CUDA GPU here, or a
+    missing module (e.g. triton) is bad input, found before any work."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise UsageError(f"{command} needs a CUDA GPU (found none)")
+    parsed = parse_device(device)
+    if parsed.type != "cuda":
+        raise UsageError(f"{command} measures on a CUDA GPU, not --device {device}")
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"{command} needs {', '.join(missing)}, which is not installed")
+    return parsed
+
+
+def floor_ms(nbytes: float, bandwidth_gbs: float) -> float:
+    """What a cost cannot beat, in ms: `nbytes` read once at the measured copy rate (GB/s)."""
+    return nbytes / (bandwidth_gbs * 1e9) * 1e3
+
+
+def gpu_environment(device: torch.device, bandwidth_gbs: float, weights_detail: str, **more) -> dict:
+    """The `env` of a benchmark output: the GPU, versions, the copy rate its floors use, and the
+    weights (always synthetic: real shapes, seeded random values)."""
+    try:
+        triton_version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton_version = None
+    return {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton_version,
+            "bandwidth_gbs": bandwidth_gbs, "weights": SYNTHETIC, "weights_detail": weights_detail, **more}
+
+
+def environment_header(command: str, environment: dict) -> str:
+    """The first line a benchmark prints: where it runs and that its weights are synthetic."""
+    return (f"{command} on {environment['gpu']} (torch {environment['torch']}, triton {environment['triton']}), "
+            f"copy rate {environment['bandwidth_gbs']:.0f} GB/s; weights: SYNTHETIC "
+            f"({environment['weights_detail']})")
+
+
+def release_gpu_memory() -> None:
+    """Frees what the models and graphs measured so far held, before the next (large) model loads:
+    a decoder and its graphed steps refer to each other, so only the garbage collector frees them."""
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def write_result(out: Path, result: dict) -> None:
+    """A benchmark's JSON output, written whole or not at all (its folder made if needed)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, json.dumps(result, indent=1) + "\n")

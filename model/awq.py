@@ -147,7 +147,7 @@ class AWQLinear(nn.Module):
             raise ValueError(f"unknown AWQ kernel {kernel!r} (kernels: {', '.join(KERNELS)})")
         for name in (kernel,) if kernel else self._automatic_kernels():
             try:
-                run = getattr(self, f"_prepare_{name}")(dtype)
+                run = self._preparers()[name](dtype)
                 self._check_against_reference(name, run, dtype)
             except KernelUnavailable:
                 if kernel:
@@ -162,6 +162,12 @@ class AWQLinear(nn.Module):
             self.kernel, self._run = name, run
             return name
         raise AssertionError("the dequant kernel always works")
+
+    def _preparers(self) -> dict:
+        """Each kernel's preparation: it builds the layer's forward for `dtype`, or raises KernelUnavailable."""
+        return {"triton": self._prepare_triton, "awq_ext": self._prepare_awq_ext,
+                "int4pack_cuda": self._prepare_int4pack_cuda, "int4pack_cpu": self._prepare_int4pack_cpu,
+                "dequant": self._prepare_dequant}
 
     def _automatic_kernels(self) -> tuple[str, ...]:
         """KERNELS in order, less triton off CUDA (its interpreter is for tests: named only)."""

@@ -1,6 +1,6 @@
 """Triton w4a16 GEMM for the few rows of a decode step, on AWQ int4 weights repacked once into planes.
 
-y [M, N] = x [M, K] @ W, W = (q - z) * s, one (z, s) per column and group of input rows (model/awq.py
+y [M, N] = x [M, IN] @ W, W = (q - z) * s, one (z, s) per column and group of input rows (model/awq.py
 documents AWQ's own layout). At 16 rows the GEMM reads half a byte of weight per 16 multiply-adds, so
 it runs at memory bandwidth only if few instructions turn codes into matrix operands, and if enough
 bytes are in flight. The layout and the kernel are built for both:
@@ -9,7 +9,7 @@ bytes are in flight. The layout and the kernel are built for both:
   rows, a [BLOCK_N, 16] tile of int32 words, contiguous (8 KB at BLOCK_N 128). Nibble i + 4h of word
   (n, j) holds row 32 i + 16 h + j of column n: shifting a word right by 4 i and masking with
   0x000F000F leaves the codes of rows 32 i + j and 32 i + 16 + j in its two halves. So the step is 8
-  dots of K = 16 (the "low" and "high" plane of each of 4 pairs), each with an operand that is an
+  dots over 16 input rows (the "low" and "high" plane of each of 4 pairs), each with an operand that is an
   elementwise function of the word tile: Triton then loads the words straight into the dot's register
   layout (no shared-memory trip for the dequantized weights), and `num_stages` pipelines the raw
   words through shared memory with asynchronous copies (3 stages: 24 KB in flight per program).
@@ -22,7 +22,7 @@ bytes are in flight. The layout and the kernel are built for both:
   halves, into the operand's registers) and 2 packed subtractions, after one shift each. The same
   bits in Triton operations (interpreter; and float32 activations: codes converted, z subtracted).
   The dot products of a group are summed in float32 and scaled once per group and column.
-- Split-K over 128-row steps (grid axis 1): each split writes float32 partials to a [split_k, M, N]
+- Split-K over 128-row steps (grid axis 1): each split writes float32 partials to a [splits, M, N]
   buffer and counts itself on its tile's ticket; the last split of a tile sums the partials in split
   order, casts and resets the ticket (no second launch). No atomics on values: results are bitwise
   reproducible, and output row i depends only on x row i (and the configuration, which for M <= 16
@@ -30,13 +30,13 @@ bytes are in flight. The layout and the kernel are built for both:
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
 
 Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
-evicted; reports/h200/session5/): the previous kernel on AWQ's layout regrouped per 64 columns, which
+evicted; records in git history at 10011a5, reports/h200/session5/; see reports/HISTORY.md): the previous kernel on AWQ's layout regrouped per 64 columns, which
 dequantized in a blocked layout and moved the bf16 tile through shared memory into the dot's layout
 (218 SASS instructions per 4 KB step and warp), 10.34 ms per step; planes without PTX (LLVM splits
 each pair into 16-bit operations: 317 instructions per 4 KB step) about level with it; with the PTX
 pairs (277) 9.06 ms; with each group's scale and zero point in one int32 8.05 ms (2.09x the floor
-of 3.85 ms; 427 instructions per 8 KB step at BLOCK_N 128). Earlier designs: reports/h200/session4/
-and session3/.
+of 3.85 ms; 427 instructions per 8 KB step at BLOCK_N 128). Earlier designs:
+reports/HISTORY.md, sessions 3 and 4.
 Where the kernels run: model/triton_support.py.
 """
 
@@ -50,7 +50,7 @@ import torch
 from model.triton_support import launching_on, tl, triton
 
 BLOCK_M = 16
-STEP_K = 128  # input rows per loop step: 8 codes per word x 16 rows per dot
+STEP_IN = 128  # input rows per loop step: 8 codes per word x 16 rows per dot
 _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSET + 0 (OFFSET 128, 1024)
 _DEFAULT_SMS = 132  # H100 / H200
 _PROGRAMS_PER_SM = 2
@@ -60,9 +60,9 @@ LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qw
 
 
 class Planes(NamedTuple):
-    """An AWQ layer's weights as pack_planes makes them: codes int32 [N' / block_n, K' / 128, block_n,
+    """An AWQ layer's weights as pack_planes makes them: codes int32 [N' / block_n, IN' / 128, block_n,
     16] and groups int32 [N' / block_n, groups', block_n], each a group's fp16 scale (high half) and
-    zero point (low bits) for a column (K', N', groups' padded with zero codes and scales)."""
+    zero point (low bits) for a column (IN', N', groups' padded with zero codes and scales)."""
     codes: torch.Tensor
     groups: torch.Tensor
     in_features: int
@@ -92,21 +92,21 @@ def int32_bits(values: torch.Tensor) -> torch.Tensor:
 
 def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group_size: int,
                 block_n: int = BLOCK_N) -> Planes:
-    """codes [K, N] and zero points [K / group, N] (integers 0..15, unpacked), scales [K / group, N]
+    """codes [IN, N] and zero points [IN / group, N] (integers 0..15, unpacked), scales [IN / group, N]
     -> Planes (see the module docstring for the word layout)."""
-    K, N = codes.shape
-    reason = unsupported(K, N, group_size, torch.float32)
+    IN, N = codes.shape
+    reason = unsupported(IN, N, group_size, torch.float32)
     if reason:
         raise ValueError(reason)
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n {block_n} is not a power of two >= 16")
-    k_padded, n_padded = -(-K // STEP_K) * STEP_K, -(-N // block_n) * block_n
-    groups = -(-k_padded // group_size)
+    in_padded, n_padded = -(-IN // STEP_IN) * STEP_IN, -(-N // block_n) * block_n
+    groups = -(-in_padded // group_size)
     blocks = n_padded // block_n
-    padded = torch.zeros(k_padded, n_padded, dtype=torch.int64, device=codes.device)
-    padded[:K, :N] = codes
+    padded = torch.zeros(in_padded, n_padded, dtype=torch.int64, device=codes.device)
+    padded[:IN, :N] = codes
     # row 128 s + 32 i + 16 h + j, column block b, column n -> nibble i + 4 h of word (b, s, n, j)
-    by_nibble = padded.view(k_padded // STEP_K, 4, 2, 16, blocks, block_n).permute(4, 0, 5, 3, 2, 1)
+    by_nibble = padded.view(in_padded // STEP_IN, 4, 2, 16, blocks, block_n).permute(4, 0, 5, 3, 2, 1)
     shifts = 4 * (torch.arange(4, device=codes.device) + 4 * torch.arange(2, device=codes.device)[:, None])
     words = (by_nibble << shifts).sum(dim=(-2, -1))
     words = int32_bits(words).contiguous()
@@ -115,7 +115,7 @@ def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, 
     scale_bits = scales.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
     per_group[:zeros.shape[0], :N] = (scale_bits << 16) | zeros.to(torch.int64)
     per_group = int32_bits(per_group)
-    return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), K, N, group_size)
+    return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), IN, N, group_size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,7 +125,7 @@ def _sm_count(device: torch.device) -> int:
     return _DEFAULT_SMS
 
 
-def default_split_k(M: int, planes: Planes, device: torch.device) -> int:
+def default_splits(M: int, planes: Planes, device: torch.device) -> int:
     """The smallest divisor of the step count from 4 up to 8 that gives at least 2 programs per SM
     (the largest divisor <= 8 when none does): on H200 this is what measured best for each of
     Qwen3-32B's shapes (4 for qkv and gate_up, 8 for o_proj and down)."""
@@ -136,41 +136,41 @@ def default_split_k(M: int, planes: Planes, device: torch.device) -> int:
     return next((d for d in divisors if d >= _SPLITS[0] and tiles * d >= want), divisors[-1])
 
 
-def w4a16_matmul(x: torch.Tensor, planes: Planes, split_k: int | None = None, num_warps: int | None = None,
+def w4a16_matmul(x: torch.Tensor, planes: Planes, splits: int | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, tickets: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
+    """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
-    split_k (default: default_split_k) must divide the planes' 128-row step count. tickets: int32
+    splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, 16 rows), that the call leaves zero: a layer keeps them so a split-K
     call needs no memset; without enough, the call makes its own."""
-    M, K = x.shape
+    M, IN = x.shape
     N = planes.out_features
-    if K != planes.in_features:
-        raise ValueError(f"x has {K} features, the planes {planes.in_features}")
-    reason = unsupported(K, N, planes.group_size, x.dtype)
+    if IN != planes.in_features:
+        raise ValueError(f"x has {IN} features, the planes {planes.in_features}")
+    reason = unsupported(IN, N, planes.group_size, x.dtype)
     if reason:
         raise ValueError(reason)
     tiles, steps = planes.codes.shape[:2]
-    split_k = split_k or default_split_k(M, planes, x.device)
-    if steps % split_k:
-        raise ValueError(f"split_k {split_k} does not divide the {steps} steps of {STEP_K} rows")
+    splits = splits or default_splits(M, planes, x.device)
+    if steps % splits:
+        raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
 
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
         return y
     if x.stride(1) != 1:
         x = x.contiguous()
-    grid = (tiles, split_k, triton.cdiv(M, BLOCK_M))
-    partials = y if split_k == 1 else torch.empty((split_k, M, N), dtype=torch.float32, device=x.device)
-    if split_k == 1:
+    grid = (tiles, splits, triton.cdiv(M, BLOCK_M))
+    partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
+    if splits == 1:
         tickets = y  # unused
     elif tickets is None or tickets.numel() < grid[0] * grid[2] or tickets.dtype != torch.int32:
         tickets = torch.zeros(grid[0] * grid[2], dtype=torch.int32, device=x.device)  # fresh (a memset launch)
     with launching_on(x.device):
         _w4a16_kernel[grid](
-            x, planes.codes, planes.groups, partials, y, tickets, M, N, K, x.stride(0),
-            steps // split_k, planes.groups.shape[1], GROUP=planes.group_size, BLOCK_M=BLOCK_M,
-            BLOCK_N=planes.block_n, SPLIT_K=split_k, EVEN_K=K % STEP_K == 0, MAGIC=_MAGIC.get(x.dtype, 0),
+            x, planes.codes, planes.groups, partials, y, tickets, M, N, IN, x.stride(0),
+            steps // splits, planes.groups.shape[1], GROUP=planes.group_size, BLOCK_M=BLOCK_M,
+            BLOCK_N=planes.block_n, SPLITS=splits, EVEN_IN=IN % STEP_IN == 0, MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda, num_warps=num_warps or LAUNCH["num_warps"], num_stages=num_stages or LAUNCH["num_stages"])
     return y
 
@@ -188,9 +188,9 @@ if triton is not None:
     _FP16_PAIRS = tl.constexpr(_pairs_ptx(_MAGIC[torch.float16], "sub.rn.f16x2"))
 
     @triton.jit
-    def _w4a16_kernel(x_ptr, w_ptr, g_ptr, part_ptr, y_ptr, ticket_ptr, M, N, K, stride_xm,
+    def _w4a16_kernel(x_ptr, w_ptr, g_ptr, part_ptr, y_ptr, ticket_ptr, M, N, IN, stride_xm,
                       steps_per_split, groups, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
+                      SPLITS: tl.constexpr, EVEN_IN: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         written to y when there is one split; else to part[split], and the tile's last split to arrive
         (a ticket per tile) sums the parts in split order into y and resets the ticket. MAGIC: OFFSET's
@@ -205,7 +205,7 @@ if triton is not None:
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rj = tl.arange(0, 16)
         m_in = rm < M
-        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [16 rows of K, BLOCK_M]
+        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [16 rows of IN, BLOCK_M]
         words = (w_ptr + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
                  + tl.arange(0, BLOCK_N)[:, None] * 16 + rj[None, :])
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -221,32 +221,32 @@ if triton is not None:
                     z = group & 0xF
                     s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
                 low, high = _pair(P, z, i, dtype, MAGIC, PTX)
-                part = tl.dot(low, _x_rows(x_cols, k, rj, m_in, K, EVEN_K), part, input_precision="ieee")
-                part = tl.dot(high, _x_rows(x_cols, k + 16, rj, m_in, K, EVEN_K), part, input_precision="ieee")
+                part = tl.dot(low, _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
+                part = tl.dot(high, _x_rows(x_cols, k + 16, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
         inside = m_in[None, :] & (rn < N)[:, None]
-        if SPLIT_K == 1:
+        if SPLITS == 1:
             tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
         else:
             tl.store(part_ptr + pid_k.to(tl.int64) * M * N + tile, acc, mask=inside)
             ticket = ticket_ptr + pid_m * tl.num_programs(0) + pid_n
-            if tl.atomic_add(ticket, 1, sem="acq_rel") == SPLIT_K - 1:  # every part is written
+            if tl.atomic_add(ticket, 1, sem="acq_rel") == SPLITS - 1:  # every part is written
                 total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                for split in tl.static_range(1, SPLIT_K):
+                for split in tl.static_range(1, SPLITS):
                     total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
                 tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
                 tl.store(ticket, 0)
 
     @triton.jit
-    def _x_rows(x_cols, k, rj, m_in, K, EVEN_K: tl.constexpr):
-        """x^T [16, BLOCK_M]: input rows k .. k + 15 (zero past K)."""
-        if EVEN_K:
+    def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr):
+        """x^T [16, BLOCK_M]: input rows k .. k + 15 (zero past IN)."""
+        if EVEN_IN:
             return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :], other=0.0)
         else:
-            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :] & (k + rj < K)[:, None], other=0.0)
+            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :] & (k + rj < IN)[:, None], other=0.0)
 
     @triton.jit
     def _pair(P, z, I: tl.constexpr, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):

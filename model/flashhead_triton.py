@@ -30,8 +30,8 @@ import torch
 
 from model.triton_support import AVAILABLE, launching_on, tl, triton
 
-# Launch shapes (Triton meta-parameters), from a sweep on H200 (reports/h200/flashhead_bench.py,
-# record in reports/h200/session4/flashhead_bench.txt).
+# Launch shapes (Triton meta-parameters), from a sweep on H200 (python -m measure.head_speed; record in
+# git history at 10011a5, reports/h200/session4/flashhead_bench.txt).
 CENTROID_LAUNCH = {"BLOCK_C": 4, "BLOCK_D": 256, "num_warps": 2}  # centroids per program, hidden per load
 COUNT_LAUNCH = {"CHUNK": 1024, "num_warps": 4}  # keys per program of a count launch (fp16, fp32 only)
 SELECT_LAUNCH = {"SLICE": 1024, "EARLIER": 16384, "num_warps": 4}  # keys a select program chooses from; at most

@@ -25,7 +25,7 @@ from model.triton_support import tl, triton
 ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
 # Query rows per attention program. 16 rather than up to 64: more programs walk the cache side by side
 # (Qwen3-32B, 8 tokens at 300 positions, H200: 8.6 us against 12.8 at 64 rows; the same bits,
-# reports/h200/session5/attention_bench.txt).
+# record in git history at 10011a5, reports/h200/session5/attention_bench.txt).
 ATTENTION_BLOCK_M = 16
 
 

@@ -16,6 +16,7 @@ from model import triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
+from model.memory import check_fits, tensor_bytes
 from contracts import UsageError
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
@@ -66,13 +67,13 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
     try:
         if spec in PRESETS:
             config = PRESETS[spec]
-            model = _empty_model(config, device, dtype)
+            model = _empty_model(config, device, dtype, spec)
             _init_synthetic(model, seed)
             tokenizer, weights = SyntheticTokenizer(config.vocab_size), "synthetic"
         else:
             folder = _resolve_checkpoint(spec)
             config = ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
-            model = _empty_model(config, device, dtype)
+            model = _empty_model(config, device, dtype, spec)
             _load_weights(model, folder)
             tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
         model.requires_grad_(False).eval()
@@ -139,10 +140,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _empty_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> Transformer:
-    """The model's tensors allocated on `device`, uninitialized (built on meta: no wasted init)."""
+def _empty_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, name: str) -> Transformer:
+    """The model's tensors allocated on `device`, uninitialized (built on meta: no wasted init), once
+    their size is known to fit."""
     with torch.device("meta"):
         model = Transformer(config, dtype)
+    repacked = sum(m.qweight.numel() * m.qweight.element_size() for m in model.modules() if isinstance(m, AWQLinear))
+    advice = "it needs a GPU" if device.type == "cpu" else "try another placement or a smaller model"
+    check_fits(f"{name} in {_dtype_name(dtype)}", tensor_bytes(model) + repacked, device, advice)
     return model.to_empty(device=device)
 
 

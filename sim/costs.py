@@ -26,16 +26,38 @@ def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
 class Cost:
     """One operation's cost: `device_ms(**axes)` and `host_ms(**axes)` at any point."""
 
+    name: str
     axes: tuple[str, ...]
     grid: dict  # tuple of axis values -> (median_ms, host_ms)
     values: tuple[tuple[float, ...], ...]  # sorted values per axis
+    flat_up_to: dict  # axis -> value up to which the cost stays at its largest measured point
     memo: dict
+    outside: dict  # axis -> (lowest, highest) value queried outside the measured range
 
     @classmethod
-    def parse(cls, raw, where: str) -> "Cost":
+    def parse(cls, raw, where: str, name: str, flat_up_to: dict | None = None) -> Cost:
         axes, grid = cost_grid(raw, where)
         values = tuple(tuple(sorted({k[d] for k in grid})) for d in range(len(axes)))
-        return cls(axes, grid, values, {})
+        return cls(name, axes, grid, values, flat_up_to or {}, {}, {})
+
+    def _measured(self, query: tuple[float, ...]) -> tuple[float, ...]:
+        """The query with flat axes held at their last measured point, and every value still outside
+        the measured range recorded (it is then extrapolated linearly)."""
+        held = []
+        for axis, xs, x in zip(self.axes, self.values, query):
+            if xs[-1] < x <= self.flat_up_to.get(axis, xs[-1]):
+                x = xs[-1]
+            if not xs[0] <= x <= xs[-1]:
+                low, high = self.outside.get(axis, (x, x))
+                self.outside[axis] = (min(low, x), max(high, x))
+            held.append(x)
+        return tuple(held)
+
+    def extrapolations(self) -> list[str]:
+        """One line per axis queried outside what was measured."""
+        return [f"{self.name}: {axis} {low:g}..{high:g} was asked, measured {xs[0]:g}..{xs[-1]:g}: extrapolated"
+                for axis, xs in zip(self.axes, self.values) if axis in self.outside
+                for low, high in [self.outside[axis]]]
 
     def _at(self, which: int, query: tuple[float, ...], prefix: tuple = ()) -> float:
         d = len(prefix)
@@ -52,7 +74,7 @@ class Cost:
             raise UsageError(f"cost needs axis {missing} (has {list(self.axes)})") from None
         key = (which, query)
         if key not in self.memo:
-            self.memo[key] = self._at(which, query)
+            self.memo[key] = self._at(which, self._measured(query))
         return self.memo[key]
 
     def device_ms(self, **axes) -> float:
@@ -65,9 +87,16 @@ class Cost:
 class Costs:
     """The costs of one regime (`graphs` or `eager`), named for the operation they time."""
 
-    def __init__(self, regime: dict, where: str):
-        parsed = {f"{group}.{name}": Cost.parse(regime[group][name], f"{where}.{group}.{name}")
-                  for group, names in REQUIRED_COSTS.items() for name in names}
+    def __init__(self, regime: dict, where: str, fixed_width: int | None = None):
+        """`fixed_width`: the rows every target decode forward runs (the decoder pads to it on GPUs),
+        so the target forward costs the same for every token count up to it."""
+        parsed = {}
+        for group, names in REQUIRED_COSTS.items():
+            for name in names:
+                flat = {"n_tokens": fixed_width} if (group, name) == ("target", "forward_ms") and fixed_width else None
+                parsed[f"{group}.{name}"] = Cost.parse(regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}",
+                                                       flat)
+        self.named = parsed
         self.verify = parsed["target.forward_ms"]
         self.target_prefill = parsed["target.prefill_ms"]
         self.draft_body = parsed["draft.body_ms"]
@@ -78,6 +107,10 @@ class Costs:
         self.copy_token = parsed["host.copy_token_ms"]
         self.event_sync = parsed["host.event_sync_ms"]
         self.bookkeeping = parsed["host.round_bookkeeping_ms"]
+
+    def extrapolations(self) -> list[str]:
+        """Warnings for every cost asked outside its measured grid so far."""
+        return [line for cost in self.named.values() for line in cost.extrapolations()]
 
     def head(self, head: str) -> Cost:
         return self.head_dense if head == "dense" else self.head_flashhead

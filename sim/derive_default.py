@@ -1,6 +1,6 @@
 """Build the simulator's default profile from the one measured on our GPUs.
 
-    python -m sim.derive_default     # rewrites sim/data/default_profile.json
+    python -m sim.derive_default [--measured PROFILE] [--out PATH]   # default: rewrites sim/data/default_profile.json
 
 The measured profile (reports/profiles/qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json: synthetic weights
 on two H200s, the decoder with its fused kernels and Triton w4a16 GEMM, graphs on) carries costs; its
@@ -11,8 +11,10 @@ head would. Both facts are written into the profile's notes.
 """
 from __future__ import annotations
 
-import json
+import argparse
 from pathlib import Path
+
+from contracts.profile import PROFILE_SCHEMA, read_profile, write_profile
 
 from .derive_study import DATA, agreement
 
@@ -23,7 +25,7 @@ MEASURED = (Path(__file__).resolve().parent.parent / "reports" / "profiles"
 def default_profile(measured: dict) -> dict:
     fh = measured["flashhead"]
     probes = sorted({*fh["agreement"]["probes"], fh["default_probes"]}) if "agreement" in fh else [fh["default_probes"]]
-    return {**measured,
+    return {**measured, "schema": PROFILE_SCHEMA,
             "flashhead": {**{k: v for k, v in fh.items() if k != "agreement"}, "agreement": agreement(probes)},
             "notes": measured["notes"] + [
                 f"DEFAULT PROFILE: the costs above as measured ({MEASURED.name}); flashhead.agreement replaced "
@@ -31,11 +33,16 @@ def default_profile(measured: dict) -> dict:
                 "the measured one came from random weights."]}
 
 
-def main() -> None:
-    out = DATA / "default_profile.json"
-    out.write_text(json.dumps(default_profile(json.loads(MEASURED.read_text())), indent=1) + "\n")
-    print(f"wrote {out}")
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.derive_default", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--measured", default=str(MEASURED), help=f"the measured profile (default {MEASURED})")
+    parser.add_argument("--out", default=str(DATA / "default_profile.json"), help="where to write the default profile")
+    args = parser.parse_args(argv)
+    write_profile(args.out, default_profile(read_profile(args.measured)))
+    print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from pathlib import Path
 
@@ -19,7 +20,8 @@ class Profile:
     def __init__(self, raw: dict, source: str):
         check_profile(raw, source)
         self.raw, self.source = raw, source
-        self.costs = {name: Costs(body, f"{source}: regimes.{name}") for name, body in raw["regimes"].items()}
+        fixed_width = raw["setup"].get("fixed_width")
+        self.costs = {name: Costs(body, f"{source}: regimes.{name}", fixed_width) for name, body in raw["regimes"].items()}
         self.default_regime = raw["setup"].get("default_regime", next(iter(raw["regimes"])))
         flashhead = raw["flashhead"]
         self.clusters = flashhead["clusters"]
@@ -117,8 +119,9 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
             new = leaf * value if op == "*=" else value
             node[parts[-1]] = type(leaf)(new) if isinstance(leaf, int) and float(new).is_integer() else new
             return
-    valid = ", ".join(editable_paths(raw, regime))
-    raise UsageError(f"unknown what-if key {path!r}; profile paths are: {valid}")
+    close = difflib.get_close_matches(path, editable_paths(raw, regime), n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise UsageError(f"unknown what-if key {path!r}; {hint}python -m sim --keys lists every valid key")
 
 
 def load_profile(name_or_path: str) -> Profile:

@@ -38,44 +38,64 @@ def render(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join(text)
 
 
-def results_table(rows: list[dict], label: str | None = None) -> str:
-    headers = ([label] if label else []) + ["schedule", "head", "K", "tok/s", "speedup", "TTFT ms", "TPOT ms",
-                                            "accept", "emit/rd", "verify", "append"]
-    headers += [name for _, name in SHARE_COLUMNS] + ["draft%", "head-free tok/s", "ceiling x"]
-    lines = []
-    for row in rows:
-        line = ([_fmt(row.get("label"))] if label else []) + [
-            row["schedule"], row["head"], str(row["K"]), _fmt(row["decode_tok_s"]), _fmt(row["speedup"], 3),
-            _fmt(row["ttft_ms"], 1), _fmt(row["tpot_ms"], 2), _fmt(row["acceptance"], 3),
-            _fmt(row["mean_emitted"], 3), str(row["verify_calls"]), str(row["append_calls"])]
-        line += [f"{100 * row['phase_share'][phase]:.1f}" for phase, _ in SHARE_COLUMNS]
-        line += [f"{100 * row['draft_path_share']:.1f}", _fmt(row["head_only_tok_s"]),
-                 _fmt(row["head_only_ratio"], 3)]
-        lines.append(line)
-    return render(headers, lines)
+LEGEND = """\
+columns:
+  tok/s      decode tokens per second (all generated tokens but the first) predicted for the run
+  speedup    tok/s over the baseline's (the target alone)
+  acc/prop   accepted / proposed draft tokens, as the simulated rounds came out (not the per-token
+             acceptance a given with --acceptance: a round stops at its first rejection)
+  tok/rd     tokens emitted per round
+  draft%     share of decode wall time the draft (body + head) was busy; verify% and final% the same
+             for the target's verifies and standalone appends. On two devices they overlap, so the
+             shares can sum past 100.
+  ceil x     tok/s with the draft head made free, over tok/s: the most a faster head can buy
+  --wide adds TTFT, TPOT, verify and append calls, and the body, head and host-sync shares.
+"""
+
+
+def _columns(wide: bool) -> list[tuple[str, object]]:
+    """(header, cell of a row) for the table; the default fits 100 columns."""
+    share = lambda key: lambda r: f"{100 * r['phase_share'][key]:.1f}"  # noqa: E731
+    columns = [("schedule", lambda r: r["schedule"]), ("head", lambda r: r["head"]), ("K", lambda r: str(r["K"])),
+               ("tok/s", lambda r: _fmt(r["decode_tok_s"])), ("speedup", lambda r: _fmt(r["speedup"], 3))]
+    if wide:
+        columns += [("TTFT ms", lambda r: _fmt(r["ttft_ms"], 1)), ("TPOT ms", lambda r: _fmt(r["tpot_ms"], 2))]
+    columns += [("acc/prop", lambda r: _fmt(r["acceptance"], 3)), ("tok/rd", lambda r: _fmt(r["mean_emitted"], 2))]
+    if wide:
+        columns += [("verify", lambda r: str(r["verify_calls"])), ("append", lambda r: str(r["append_calls"]))]
+        columns += [(name, share(phase)) for phase, name in SHARE_COLUMNS]
+    columns += [("draft%", lambda r: f"{100 * r['draft_path_share']:.1f}")]
+    if not wide:
+        columns += [("verify%", share("verify")), ("final%", share("finalize"))]
+    if wide:
+        columns += [("head-free tok/s", lambda r: _fmt(r["head_only_tok_s"]))]
+    columns += [("ceil x", lambda r: _fmt(r["head_only_ratio"], 3))]
+    return columns
+
+
+def results_table(rows: list[dict], label: str | None = None, wide: bool = False) -> str:
+    columns = ([(label, lambda r: _fmt(r.get("label")))] if label else []) + _columns(wide)
+    return render([h for h, _ in columns], [[cell(row) for _, cell in columns] for row in rows])
 
 
 def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
-    headers = ["schedule", "head", "base tok/s", "what-if tok/s", "delta %", "base speedup",
-               "what-if speedup", "base accept", "what-if accept"]
+    headers = ["schedule", "head", "base tok/s", "what-if tok/s", "delta %", "base acc/prop", "what-if acc/prop"]
     lines = []
     for b, a in zip(before, after):
         delta = 100.0 * (a["decode_tok_s"] / b["decode_tok_s"] - 1) if b["decode_tok_s"] else None
         lines.append([b["schedule"], b["head"] if b["head"] == a["head"] else f"{b['head']}->{a['head']}",
                       _fmt(b["decode_tok_s"]), _fmt(a["decode_tok_s"]), _fmt(delta, 1) if delta is not None else "-",
-                      _fmt(b["speedup"], 3), _fmt(a["speedup"], 3), _fmt(b["acceptance"], 3),
-                      _fmt(a["acceptance"], 3)])
+                      _fmt(b["acceptance"], 3), _fmt(a["acceptance"], 3)])
     return f"what-if: {change}\n" + render(headers, lines)
 
 
-def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> list[Path]:
-    """results.json, results.csv and the PNG figures, each written whole or not at all."""
-    out.mkdir(parents=True, exist_ok=True)
+def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> list[str]:
+    """results.json, results.csv and the PNG figures into the folder `out`; returns their names."""
     written = []
     clean = [{k: v for k, v in row.items() if k != "rounds_detail"} for row in rows]
     payload = dict(payload, rows=clean)
     write_atomic(out / "results.json", json.dumps(payload, indent=2).encode())
-    written.append(out / "results.json")
+    written.append("results.json")
     buffer = io.StringIO()
     flat_rows = [flat(row) for row in clean]
     fields = list(dict.fromkeys(k for row in flat_rows for k in row))
@@ -83,10 +103,10 @@ def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> 
     writer.writeheader()
     writer.writerows(flat_rows)
     write_atomic(out / "results.csv", buffer.getvalue().encode())
-    written.append(out / "results.csv")
+    written.append("results.csv")
     for name, png in figures.items():
         write_atomic(out / name, png)
-        written.append(out / name)
+        written.append(name)
     return written
 
 

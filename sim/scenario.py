@@ -45,53 +45,66 @@ class Scenario:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def _int(key: str, value: str, low: int) -> int:
+# Documented limits of what one simulation is asked (README, `python -m sim --help`): beyond them a run
+# takes minutes with no answer, or describes no decoder that exists.
+LIMITS = {"K": 64, "probes": 1 << 20, "prompts": 10_000, "max_new_tokens": 100_000, "prompt_len": 1_000_000,
+          "seed": 2**32 - 1}
+MAX_DECODE_TOKENS = 2_000_000  # prompts x new tokens per configuration: about a minute at worst
+NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
+
+
+def _int(label: str, key: str, value: str, low: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise UsageError(f"what-if {key}: expected an integer, got {value!r}") from None
-    if number < low:
-        raise UsageError(f"what-if {key}: must be at least {low}, got {number}")
+        raise UsageError(f"{label}: expected an integer, got {value!r}") from None
+    if not low <= number <= LIMITS[key]:
+        raise UsageError(f"{label}: must be in {low}..{LIMITS[key]:,}, got {number}")
     return number
 
 
-def _choices(key: str, value: str, valid) -> tuple:
-    chosen = tuple(v.strip() for v in value.split("+"))
+def _choices(label: str, value: str, valid) -> tuple:
+    chosen = tuple(v.strip() for v in value.replace(",", "+").split("+"))
     bad = [v for v in chosen if v not in valid]
     if bad:
-        raise UsageError(f"{key} {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+        raise UsageError(f"{label}: {bad[0]!r} is unknown; valid: {', '.join(valid)}")
     return chosen
 
 
-def with_change(s: Scenario, key: str, op: str, value: str) -> Scenario:
-    """The scenario with one what-if applied (`op` is '=' or '*=')."""
+def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = None) -> Scenario:
+    """The scenario with one change applied (`op` is '=' or '*='); `label` names the input in errors
+    (an option such as `--K`, or by default `what-if KEY`)."""
+    label = label or f"what-if {key}"
     if key in NAMED_KEYS and op != "=":
-        raise UsageError(f"what-if {key}: use {key}=value ('*=' scales numeric profile fields only)")
-    if key == "probes":
-        return replace(s, probes=_int(key, value, 1))
-    if key == "K":
-        return replace(s, K=_int(key, value, 1))
+        raise UsageError(f"{label}: use {key}=value ('*=' scales numeric profile fields only)")
+    if key in ("probes", "K", "prompts", "max_new_tokens", "prompt_len", "seed"):
+        low = {"max_new_tokens": 2, "seed": 0}.get(key, 1)
+        changed = replace(s, **{key: _int(label, key, value, low)})
+        tokens = (changed.prompts or 8) * (changed.max_new_tokens or 64)
+        if tokens > MAX_DECODE_TOKENS:
+            raise UsageError(f"{label}: {changed.prompts or 8} generations x {changed.max_new_tokens or 64} tokens "
+                             f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate")
+        return changed
     if key == "schedule":
-        return replace(s, schedules=tuple(v for v in _choices(key, value, SCHEDULES) if v != "baseline"))
+        return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
     if key == "head":
-        return replace(s, heads=_choices(key, value, HEADS))
+        return replace(s, heads=_choices(label, value, HEADS))
     if key == "placement":
-        return replace(s, placement=_choices(key, value, PLACEMENTS)[0])
+        return replace(s, placement=_choices(label, value, PLACEMENTS)[0])
     if key == "graphs":
-        return replace(s, graphs=_choices(key, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
+        return replace(s, graphs=_choices(label, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
     if key == "acceptance":
         parse_acceptance(value)  # fail early on a malformed value
         return replace(s, acceptance=value)
-    if key in ("prompts", "max_new_tokens", "prompt_len"):
-        return replace(s, **{key: _int(key, value, 2 if key == "max_new_tokens" else 1)})
-    if key == "seed":
-        return replace(s, seed=_int(key, value, 0))
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise UsageError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path")
+        raise UsageError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path "
+                         "(python -m sim --help lists them)")
     try:
         number = float(value)
     except ValueError:
-        raise UsageError(f"what-if {key}{op}{value}: expected a number") from None
+        raise UsageError(f"{label}{op}{value}: expected a number") from None
+    if not 0 <= number <= NUMBER_LIMIT:
+        raise UsageError(f"{label}{op}{value}: must be a number in 0..{NUMBER_LIMIT:g}")
     return replace(s, edits=s.edits + ((key, op, number),))
 
 
@@ -138,6 +151,7 @@ class Resolved:
     generations: list
     configs: list
     notes: list
+    warnings: list = field(default_factory=list)  # costs asked outside the profile's measured grid
 
 
 def resolve(s: Scenario) -> Resolved:
@@ -147,6 +161,8 @@ def resolve(s: Scenario) -> Resolved:
         raise UsageError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
     profile = base.edited(list(s.edits), regime) if s.edits else base
     notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
+    notes += [f"warning: the what-if {path}{op}{value:g} makes it free: predictions that use it describe no real "
+              "machine" for path, op, value in s.edits if value == 0 and not path.startswith("host.")]
     if "study-derived" in profile.label():
         notes.append("profile derived from the study's published tables (see its notes)")
     if "synthetic" in profile.label():
@@ -206,9 +222,14 @@ def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
     rows = []
     for config in r.configs:
         row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling)
+        if row["decode_ms"] <= 0:
+            raise UsageError(f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "
+                             "are zero, so no throughput can be predicted")
         rows.append(row)
     base = rows[0]["decode_tok_s"]
     for row in rows:
         row["speedup"] = row["decode_tok_s"] / base if base else None
         row["regime"] = r.regime
+    r.warnings = costs.extrapolations()
+    r.notes += [f"warning: {line}" for line in r.warnings]
     return rows, r

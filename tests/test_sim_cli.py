@@ -69,11 +69,18 @@ def test_sweep_writes_csv_and_plots(tmp_path, capsys):
 BAD = [
     (["--what-if", "nonsense.path=3"], "unknown what-if key 'nonsense.path'"),
     (["--what-if", "probes=99999"], "exceeds the 9496 FlashHead clusters"),
-    (["--K", "0"], "K: must be at least 1"),
+    (["--K", "0"], "--K: must be in 1..64, got 0"),
+    (["--K", "100000"], "--K: must be in 1..64"),
+    (["--prompts", "1000000"], "--prompts: must be in 1..10,000"),
+    (["--prompts", "10000", "--max-new-tokens", "100000"], "decode tokens one configuration may simulate"),
+    (["--what-if", "draft.body_ms*=-1"], "must be a number in 0..1e+06"),
+    (["--sweep", "K=2,4,0"], "sweep K: must be in 1..64, got 0"),
+    (["--what-if", "probes=two"], "what-if probes: expected an integer"),
     (["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
     (["--acceptance=-0.1,0.5"], "acceptance[0]: acceptance must be in [0, 1]"),
     (["--no-such-flag"], "unrecognized arguments"),
-    (["--schedule", "fastest"], "schedule 'fastest' is unknown"),
+    (["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
+    (["--plot"], "--plot writes PNG files and needs --out"),
     (["--profile", "study", "--graphs", "on"], "carries only eager"),
     (["--what-if", "K*=2"], "use K=value"),
 ]
@@ -81,11 +88,44 @@ BAD = [
 
 @pytest.mark.parametrize("argv,message", BAD)
 def test_bad_input_one_line_exit_2_no_output(tmp_path, capsys, argv, message):
+    """Checked before anything runs: nothing on stdout, one line on stderr, no output folder."""
     out_dir = tmp_path / "never"
-    assert main(argv + ["--out", str(out_dir)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and message in err
-    assert not out_dir.exists()
+    assert main(argv + (["--out", str(out_dir)] if "--plot" not in argv else [])) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ") and message in captured.err
+    assert captured.out == "" and not out_dir.exists()
+
+
+def test_output_path_problems_are_found_before_the_run(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["--no-ceiling", "--out", str(a_file)]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert main(["--no-ceiling", "--out", str(a_file / "below")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if not __import__("os").access(locked, __import__("os").W_OK):  # root can write anywhere
+            assert main(["--no-ceiling", "--out", str(locked / "out")]) == 2
+            captured = capsys.readouterr()
+            assert "is not writable" in captured.err and captured.out == ""
+    finally:
+        locked.chmod(0o700)
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A full disk while writing: no partial results in --out, no temporary files beside it."""
+    import sim.__main__ as cli
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_outputs", full_disk)
+    with pytest.raises(OSError):
+        main(["--no-ceiling", "--schedule", "deferred", "--out", str(tmp_path / "out")])
+    assert list(tmp_path.iterdir()) == []
 
 
 def _bad_profile_cases(tmp_path):

@@ -173,7 +173,7 @@ def test_awq_triton_matmul_matches_the_dequantized_reference(shape):
     for m in (1, 5, 16, 17):
         x = torch.randn(m, shape[0], generator=g).to(DEVICE)
         want = F.linear(x, weight)
-        for config in ({}, {"split_k": 1, "block_n": 32}):
+        for config in ({}, {"splits": 1, "block_n": 32}):
             got = _awq_matmul(layer, x, **config)
             assert got.shape == want.shape and got.dtype == x.dtype
             assert (got - want).abs().max() <= 1e-5 * want.abs().max()
@@ -183,15 +183,15 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
     layer = _awq_layer(1024, 64, 64)
     planes = _planes(layer, 64)
     x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    one = awq_triton.w4a16_matmul(x, planes, split_k=1)
+    one = awq_triton.w4a16_matmul(x, planes, splits=1)
     tickets = torch.zeros(1, dtype=torch.int32, device=DEVICE)  # kept across calls, as a layer keeps them
-    for split_k in (2, 4, 8):
-        got = awq_triton.w4a16_matmul(x, planes, split_k=split_k, tickets=tickets)
-        assert torch.equal(got, awq_triton.w4a16_matmul(x, planes, split_k=split_k, tickets=tickets))  # bitwise
+    for splits in (2, 4, 8):
+        got = awq_triton.w4a16_matmul(x, planes, splits=splits, tickets=tickets)
+        assert torch.equal(got, awq_triton.w4a16_matmul(x, planes, splits=splits, tickets=tickets))  # bitwise
         assert not tickets.any()  # the last split of each tile reset its ticket
         assert (got - one).abs().max() <= 1e-5 * one.abs().max()
     with pytest.raises(ValueError):
-        awq_triton.w4a16_matmul(x, planes, split_k=3)  # must divide the 8 steps
+        awq_triton.w4a16_matmul(x, planes, splits=3)  # must divide the 8 steps
     with pytest.raises(ValueError):
         awq_triton.w4a16_matmul(x[:, :512], planes)  # x must have the planes' input width
     with pytest.raises(ValueError):
@@ -207,9 +207,9 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
         x = torch.randn(m, 512, generator=g).to(DEVICE)
         other = torch.randn(m, 512, generator=g).to(DEVICE)
         other[3] = x[3]
-        for split_k in (1, 4):
-            assert torch.equal(awq_triton.w4a16_matmul(x, planes, split_k=split_k)[3],
-                               awq_triton.w4a16_matmul(other, planes, split_k=split_k)[3])
+        for splits in (1, 4):
+            assert torch.equal(awq_triton.w4a16_matmul(x, planes, splits=splits)[3],
+                               awq_triton.w4a16_matmul(other, planes, splits=splits)[3])
     x = torch.randn(16, 512, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
     assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:5], awq_triton.w4a16_matmul(x[:5].clone(), planes))
 
@@ -223,10 +223,10 @@ def test_awq_triton_half_activations_use_the_pairs_path(shape, dtype):
     layer = _awq_layer(*shape)
     x = torch.randn(16, shape[0], generator=torch.Generator().manual_seed(4)).to(DEVICE, dtype)
     want = F.linear(x.float(), layer.dequantize())
-    for split_k in (1, 2):
-        if _planes(layer).codes.shape[1] % split_k:
+    for splits in (1, 2):
+        if _planes(layer).codes.shape[1] % splits:
             continue
-        got = _awq_matmul(layer, x, split_k=split_k)
+        got = _awq_matmul(layer, x, splits=splits)
         assert got.dtype == dtype  # within the output's rounding (bf16 keeps 8 bits)
         assert (got.float() - want).abs().max() <= (2e-3 if dtype == torch.float16 else 8e-3) * want.abs().max()
 
@@ -236,9 +236,9 @@ def test_awq_triton_default_split_k_gives_two_programs_per_sm_from_four_to_eight
     meta = torch.device("meta")
     for (K, N), measured in {(5120, 10240): 4, (8192, 5120): 8, (5120, 51200): 4, (25600, 5120): 8}.items():
         planes = awq_triton.Planes(torch.empty(N // 128, K // 128, 128, 16, device=meta), None, K, N, 128)
-        assert awq_triton.default_split_k(8, planes, cpu) == measured  # Qwen3-32B's shapes: what won on H200
+        assert awq_triton.default_splits(8, planes, cpu) == measured  # Qwen3-32B's shapes: what won on H200
     tiny = awq_triton.Planes(torch.empty(1, 2, 128, 16, device=meta), None, 256, 64, 128)
-    assert awq_triton.default_split_k(1, tiny, cpu) == 2  # 2 steps
+    assert awq_triton.default_splits(1, tiny, cpu) == 2  # 2 steps
 
 
 def test_awq_layer_selects_the_triton_kernel_by_name_and_on_cuda_by_default():

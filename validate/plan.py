@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import torch
 
 from contracts import UsageError
+from contracts.files import check_output_folder
 from contracts.names import REGIME_OF_GRAPHS_FLAG
 from model.acceptance_control import parse_spec
 from model.prompts import Prompt, select_prompts
@@ -101,10 +101,6 @@ def report_folder(given: str | None, kind: str, placement: str, target_device: t
 
 def check_out(out: Path, force: bool) -> None:
     """The report folder can be written: not a file, not an existing folder unless --force."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder")
+    check_output_folder(out, "--out")
     if out.exists() and any(out.iterdir()) and not force:
         raise UsageError(f"--out {out} already holds a report; choose another folder or pass --force to replace it")
-    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"--out {out}: {parent} is not writable")
