@@ -80,15 +80,17 @@ def _prefill(b: Bench, loaded: Loaded, device: torch.device) -> list[dict]:
 
 
 def draft_costs(b: Bench, graphs: bool) -> dict:
-    """Draft body step at each context, its dense and FlashHead heads (per probe count), prefill,
-    and the KV crop (a cursor move on our static caches)."""
+    """Draft body step over 1 and 2 new tokens at each context (a table over n_tokens and context:
+    `Decoder.propose` feeds [prev, f] to its first step, every later step one token), its dense and
+    FlashHead heads (per probe count), prefill, and the KV crop (a cursor move on our static caches)."""
     model, device = b.draft.model, b.draft_device
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     body = GraphedCall(model.forward_hidden, enabled=graphs)
     body_points = []
     for context in b.contexts:
-        inputs = [(t, _positions(context, 1, device)) for t in b.tokens(1, device, vocab)]
-        body_points.append({"context": context, **b.time(body, inputs, device)})
+        for n in (1, 2):
+            inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
+            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")
     states = [(torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
               for i in range(4)]
@@ -105,7 +107,7 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     crop = b.time(cursor.copy_, moves, device)
     return {"body_ms": {"points": body_points}, "head_dense_ms": dense_ms,
             "head_flashhead_ms": {"points": flash},
-            "append_ms": {k: v for k, v in body_points[0].items() if k != "context"},  # one body step
+            "append_ms": {k: v for k, v in body_points[0].items() if k not in ("n_tokens", "context")},  # one 1-token body step
             "prefill_ms": {"points": _prefill(b, b.draft, device)}, "kv_crop_ms": crop}
 
 

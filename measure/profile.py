@@ -29,7 +29,8 @@ def environment(devices: list[torch.device]) -> dict:
 
 
 def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, prompt_lengths, K_max, cache_slots,
-             regimes: dict, host: dict, clustering, agreement: dict | None, devices, notes: list[str]) -> dict:
+             fixed_width: int | None, regimes: dict, host: dict, clustering, agreement: dict | None, devices,
+             notes: list[str]) -> dict:
     """The profile dict; `host` costs are shared by both regimes (they involve no forward)."""
     synthetic = "synthetic" in (target_info["weights"], draft_info["weights"])
     return {
@@ -40,7 +41,7 @@ def assemble(*, target_info: dict, draft_info: dict, placement: str, contexts, p
             "target": {k: target_info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel", "kernels")},
             "draft": {k: draft_info.get(k) for k in ("name", "weights", "dtype", "kernels")},
             "placement": placement, "context_lengths": list(contexts), "prompt_lengths": list(prompt_lengths),
-            "K_max": K_max, "cache_slots": cache_slots, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
+            "K_max": K_max, "cache_slots": cache_slots, "fixed_width": fixed_width, "graphs": sorted(regimes), "default_regime": "graphs" if "graphs" in regimes else "eager",
         },
         "flashhead": {"clusters": clustering.clusters, "cluster_size": clustering.cluster_size,
                       "default_probes": clustering.default_probes,

@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from contracts import UsageError
+from contracts.files import check_output_file
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
 from model.pair import load_pair, resolve_placement
@@ -70,6 +71,7 @@ def default_probes(clusters: int) -> list[int]:
 def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple[Path, Path]:
     """Measure every cost on this machine and write the profile `out` and its summary `out`.md."""
     check_settings(settings)
+    check_output_file(Path(out), "--out")
     placement, target_device, _ = resolve_placement(settings.placement)
     regimes = settings.graphs or (("on", "off") if target_device.type == "cuda" else ("off",))
     if "on" in regimes and target_device.type != "cuda":
@@ -111,7 +113,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     notes = notes_for(pair.target.info, pair.draft.info, placement, bandwidth, backend)
     profile = profile_io.assemble(target_info=pair.target.info, draft_info=pair.draft.info, placement=placement,
                                   contexts=contexts, prompt_lengths=prompt_lengths, K_max=settings.K_max,
-                                  cache_slots=cache_slots, regimes=costs, host=host, clustering=clustering,
+                                  cache_slots=cache_slots, regimes=costs,
+                                  fixed_width=width(settings.K_max + 1) if target_device.type == "cuda" else None, host=host, clustering=clustering,
                                   agreement=agreement, devices=[target_device, draft_device], notes=notes)
     return profile_io.write(profile, Path(out), floors, command)
 

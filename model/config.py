@@ -43,6 +43,7 @@ class ModelConfig:
     query_pre_attn_scalar: float | None = None
     quant: str | None = None
     awq_group_size: int | None = None
+    max_positions: int = 40960  # the longest sequence the model is made for (max_position_embeddings)
 
     def __post_init__(self):
         if not self.layer_types:
@@ -116,6 +117,7 @@ class ModelConfig:
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar", 256) if arch == "gemma3" else None,
             quant=quant,
             awq_group_size=group,
+            max_positions=cfg.get("max_position_embeddings") or 40960,
         )
 
 

@@ -178,6 +178,15 @@ class Decoder:
     with `draft_head` (DenseHead or FlashHead). `control` (an AcceptanceControl on the draft
     device) replaces the draft's proposals. `graphs` captures every step as a CUDA graph up front.
 
+    `events`: a list to log the generation's events into (None, the default: no log). One entry
+    per operation, in host issue order, `(name, stream, tokens)` (contracts.names.EVENTS and
+    docs/contracts.md, "Schedule event order"): `draft_step` on the draft stream with the tokens it
+    feeds, `copy_tokens` on the source device's stream with the tokens copied (only where a real
+    cross-device copy happens: the devices differ), `sync` on the target stream (a host read, which
+    waits for everything queued there), `verify` / `append` on the target stream with the new tokens.
+    Prefill is not logged; the reads and the append at the end of a generation are. The simulator
+    logs the same sequence for the same rounds (tests/test_schedule_parity.py).
+
     `fixed_width` (default: on for CUDA) runs every target decode forward (baseline step, append,
     verify) over the same number of rows, `width()`: the real tokens, then dummy ones. GPU kernels
     pick their arithmetic by shape, so a token's bf16 logits from a 1-token forward and from a
@@ -189,7 +198,7 @@ class Decoder:
 
     def __init__(self, target, draft=None, draft_head=None, *, K: int = 6, graphs: bool = True,
                  control=None, phases: bool = True, eos_id: int | None = None, stop_at_eos: bool = False,
-                 fixed_width: bool | None = None):
+                 fixed_width: bool | None = None, events: list | None = None):
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
@@ -199,6 +208,7 @@ class Decoder:
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.eos_id = eos_id if stop_at_eos else None
+        self.events = events
         self.clock = PhaseClock(phases)
         use_width = self.target_device.type == "cuda" if fixed_width is None else fixed_width
         self.rows = width(K) if use_width else None
@@ -307,6 +317,8 @@ class Decoder:
         """One read at the end: the tokens (cut at max_new, and after EOS when stopping there) and
         the accepted count of every round."""
         n, rounds = min(run.least, run.max_new), len(run.rounds)
+        if rounds:
+            self._event("sync", "target")
         values = self.clock.read(torch.cat([run.out[:n], run.accepted[:rounds]])) if rounds else [run.first]
         tokens, accepted = values[:n], values[n:]
         if self.eos_id is not None and self.eos_id in tokens:
@@ -325,6 +337,17 @@ class Decoder:
         return Generation(tokens, rounds, ttft_ms, decode_ms, run.verify_calls, run.append_calls)
 
     # --- operations the schedules issue, named as in docs/contracts.md -----------------------------
+    @property
+    def copies(self) -> bool:
+        """Whether `to_target` / `to_draft` copy between devices (two devices): only then are they
+        logged, since on one device `.to()` is a no-op (and the simulator charges no copy)."""
+        return self.draft_device != self.target_device
+
+    def _event(self, name: str, stream: str, tokens: int | None = None) -> None:
+        """Log one event when the log is on (host-known values only: logging never syncs)."""
+        if self.events is not None:
+            self.events.append((name, stream, tokens))
+
     def begin_round(self, run: Run, proposed: int) -> HostRound:
         self.clock.next_round()
         run.rounds.append(HostRound(proposed))
@@ -334,6 +357,7 @@ class Decoder:
         """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps]."""
         proposals = torch.empty(steps, dtype=torch.long, device=self.draft_device)
         for i in range(steps):
+            self._event("draft_step", "draft", tokens.shape[1])
             with self.clock.phase("draft_body", self.draft_device):
                 hidden, start = self._body(tokens, start)
             with self.clock.phase("draft_head", self.draft_device):
@@ -354,11 +378,18 @@ class Decoder:
 
     def to_target(self, x: torch.Tensor) -> torch.Tensor:
         """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
-        events (PyTorch's two-way barrier), so no host sync is involved."""
+        events (PyTorch's two-way barrier), so no host sync is involved: the copy runs on the source
+        (draft) device's stream after the work queued on the target device, and the target device's
+        later work waits for it. On one device `.to()` is a no-op, and no copy is logged."""
+        if self.copies:
+            self._event("copy_tokens", "draft", x.numel())
         return x.to(self.target_device, non_blocking=True)
 
     def to_draft(self, run: Run) -> None:
-        """copy_tokens of the cursor (prev, f, p) to the draft device."""
+        """copy_tokens of the cursor (prev, f, p) to the draft device: on the target device's stream,
+        with the same two-way barrier."""
+        if self.copies:
+            self._event("copy_tokens", "target", run.cursor.numel())
         run.draft_cursor = run.cursor.to(self.draft_device, non_blocking=True)
 
     def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:
@@ -368,6 +399,7 @@ class Decoder:
             run.append_calls += 1
         else:
             run.verify_calls += 1
+        self._event("append" if standalone else "verify", "target", tokens.numel())
         with self.clock.phase("verify", self.target_device):
             return self._target(tokens.view(1, -1), start)
 
@@ -375,6 +407,7 @@ class Decoder:
         """The standalone one-token target forward over f; returns t* (cloned: graph outputs are
         overwritten by the next replay, and t* must outlive the next verify)."""
         run.append_calls += 1
+        self._event("append", "target", 1)
         with self.clock.phase("finalize", self.target_device):
             return self._target(run.cursor[1:2].view(1, 1), run.cursor[2:3]).clone()
 
@@ -396,7 +429,9 @@ class Decoder:
         return a, f
 
     def read(self, *values: torch.Tensor) -> list[int]:
-        """The round's one host sync: one packed read of small device values."""
+        """The round's one host sync: one packed read of small target-device values (it waits for
+        everything queued on the target device)."""
+        self._event("sync", "target")
         return self.clock.read(torch.cat([v.view(-1).long() for v in values]))
 
     def resolve(self, run: Run) -> None:

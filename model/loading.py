@@ -16,7 +16,7 @@ from model import triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
-from model.memory import check_fits, tensor_bytes
+from model.memory import check_cache, check_fits, tensor_bytes
 from contracts import UsageError
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
@@ -61,6 +61,7 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
     if exit_layers is not None:  # `SPEC#layers=N`: the first N layers of SPEC (model/early_exit.py)
         full = load_model(base, device, dtype, seed, max_seq_len=1, kernels="torch")
         draft = early_exit(full.model, exit_layers)
+        check_cache(draft, max_seq_len, spec)
         draft.setup_cache(max_seq_len)
         info = {**full.info, "name": spec, "early_exit_layers": exit_layers, "kernels": _use_kernels(draft, kernels)}
         return Loaded(draft, full.tokenizer, info)
@@ -77,6 +78,7 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
             _load_weights(model, folder)
             tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
         model.requires_grad_(False).eval()
+        check_cache(model, max_seq_len, spec)
         model.setup_cache(max_seq_len)
         paths = _use_kernels(model, kernels)
         kernel = _select_awq_kernels(model, dtype)

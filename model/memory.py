@@ -36,3 +36,20 @@ def tensor_bytes(module: torch.nn.Module) -> int:
     """Bytes of a module's parameters and buffers (works on the meta device, before allocation)."""
     tensors = [*module.parameters(), *module.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# Cache slots past the model's maximum positions a generation may use: a look-ahead and the fixed-width
+# rows of the last forward sit past its last token (model/decoder.py, cache_room).
+CACHE_SLACK = 160
+
+
+def check_cache(model, slots: int, name: str) -> None:
+    """A static KV cache of `slots` positions is within the model's positions and fits its device."""
+    config = model.config
+    if slots > config.max_positions + CACHE_SLACK:
+        raise UsageError(f"{name}: a cache of {slots:,} positions exceeds the model's {config.max_positions:,} "
+                         "positions (use shorter prompts, fewer new tokens or shorter contexts)")
+    element = model.embed_tokens.weight.element_size()
+    need = 2 * config.n_layers * config.n_kv_heads * config.head_dim * slots * element
+    check_fits(f"{name}'s KV cache of {slots:,} positions", need, model.embed_tokens.weight.device,
+               "use shorter prompts, fewer new tokens or shorter contexts")

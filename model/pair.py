@@ -14,7 +14,7 @@ from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded, load_model
-from model.memory import check_fits
+from model.memory import check_cache
 from model.tokenizer import check_compatible
 
 
@@ -66,11 +66,7 @@ class Pair:
         self.room = cache_room(max(prompt_lengths), new_tokens, K)
         for m in (self.target, self.draft):
             if m is not None:
-                config = m.model.config
-                element = m.model.embed_tokens.weight.element_size()
-                cache = 2 * config.n_layers * config.n_kv_heads * config.head_dim * self.room * element
-                check_fits(f"{m.info['name']}'s KV cache of {self.room} positions", cache, m.model.head_weight.device,
-                           "try fewer new tokens or shorter prompts")
+                check_cache(m.model, self.room, m.info["name"])
                 m.model.setup_cache(self.room)
         return self.room
 

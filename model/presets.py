@@ -39,7 +39,7 @@ PRESETS: dict[str, ModelConfig] = {
         arch="gemma3", vocab_size=262144, hidden_size=640, intermediate_size=2048, n_layers=18,
         n_heads=4, n_kv_heads=1, head_dim=256, rope_theta=1_000_000.0, tie_word_embeddings=True,
         hidden_activation="gelu_pytorch_tanh", layer_types=_gemma_layer_types(18), sliding_window=512,
-        rope_local_base_freq=10_000.0, query_pre_attn_scalar=256,
+        rope_local_base_freq=10_000.0, query_pre_attn_scalar=256, max_positions=32768,
     ),
     "tiny-qwen3": _TINY_QWEN3,
     "tiny-qwen3-draft": ModelConfig(

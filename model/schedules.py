@@ -1,9 +1,12 @@
 """The five schedules of docs/design.md, in the simulator's names and event order.
 
 Each function decodes one generation after its first token with the decoder's operations:
-`propose` / `lookahead` (draft_step x n), `to_target` / `to_draft` (copy_tokens), `read` (sync),
-`verify`, `append` and the cursor move of `settle` (finalize: the standalone append and the crop of
-both caches). They match `sim/schedules.py` function for function; the comments name the events.
+`propose` / `lookahead` (draft_step x n), `to_target` / `to_draft` (copy_tokens, two devices only),
+`read` and `resolve`'s read (sync), `verify`, `append` and the cursor move of `settle` (finalize:
+the standalone append and the crop of both caches); `Decoder.generate` ends with one more read. They
+match `sim/schedules.py` function for function and event for event (docs/contracts.md, "Schedule
+event order"; `Decoder(events=[])` logs them, tests/test_schedule_parity.py compares the logs);
+the comments name the events.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ def baseline(dec, run) -> None:
     while run.more():
         dec.begin_round(run, proposed=0)
         f = run.cursor[1:2]
-        dec.settle(run, f, dec.verify(run, f, run.cursor[2:3], standalone=True))  # verify(1)
+        dec.settle(run, f, dec.verify(run, f, run.cursor[2:3], standalone=True))  # append(1), verify phase
         run.issued(1, 1)
         dec.resolve(run)
 
@@ -28,7 +31,7 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
         host = dec.begin_round(run, proposed=K)
         if run.pending is None:
             run.pending = dec.append(run)  # the initial append(1) of the first token gives t*
-        drafts = dec.to_target(dec.propose(run))  # draft_step x K, copy_tokens
+        drafts = dec.to_target(dec.propose(run))  # draft_step x K (the first feeds [prev, f]), copy_tokens(K)
         same, n, eos = dec.read(drafts[:1] == run.pending, run.n, run.eos)  # sync: skip test d1 == t*
         run.known(n, eos)
         host.verify_skipped = not same
@@ -44,7 +47,7 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
             run.pending = dec.append(run)
             dec.to_draft(run)
         run.issued(1, 1 if host.verify_skipped else K + 1)
-        dec.resolve(run)
+        dec.resolve(run)  # sync when unsure whether max_new is reached (the read above was a round late)
 
 
 def ordinary(dec, run) -> None:
@@ -64,15 +67,16 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         host = dec.begin_round(run, proposed=K)
         if block is None:
             block_on_draft = dec.propose(run)  # draft_step x K
-            block = dec.to_target(block_on_draft)  # copy_tokens
+            block = dec.to_target(block_on_draft)  # copy_tokens(K)
         seq = torch.cat([run.cursor[1:2], block])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
         ahead = dec.lookahead(run, block_on_draft) if lookahead else None  # draft_step x (K+1) during the verify
         a, f = dec.settle(run, seq, preds)
         packed = [run.n, run.eos]
         if lookahead:
-            ahead_on_target = dec.to_target(ahead)  # copy_tokens
+            ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
             packed.append((a == K) & (f == ahead_on_target[:1]))  # whole block accepted and bonus == e1
+            # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)
         n, eos, *used = dec.read(*packed)  # sync
         run.known(n, eos)
         used = bool(used and used[0])
@@ -80,10 +84,10 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         if used:  # round r+1 verifies e2..e(K+1); the draft already stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
             run.draft_cursor = run.draft_cursor + dec.past_lookahead
-        else:  # copy_tokens of f: the draft drafts from f (its cache cropped there)
+        else:  # after the read, copy_tokens of f: the draft drafts from f (its cache cropped there)
             block = None
             dec.to_draft(run)
-        dec.resolve(run)
+        dec.resolve(run)  # certain here: the read above gave n
     if run.rounds:
         dec.append(run)  # finalize: the generation's one standalone append(1)
 

@@ -6,7 +6,12 @@ host (the Python thread that launches work and syncs): they advance simulated ti
 issue cost of each launch and wait only at syncs. Device work runs as separate processes on the
 resources `target-device` and `draft-device` (one resource when both models share a device), in
 launch order, as a CUDA stream does. A launch-bound operation (host time close to device time)
-cannot finish before the host has finished issuing it.
+cannot finish before the host has finished issuing it. Every cross-device dependency is a token
+copy, modelled as PyTorch makes it (a two-way barrier between the streams), and every host read
+waits for the whole target stream, as a read of target-device values does.
+
+`SimulatedRun.events`, when a list, logs one `(name, stream, tokens)` per operation in host issue
+order, the same log `model.decoder.Decoder(events=...)` keeps (docs/contracts.md).
 """
 from __future__ import annotations
 
@@ -33,9 +38,15 @@ class DeviceStream:
 
     def __init__(self, env: simpy.Environment, name: str):
         self.env, self.name, self.tail = env, name, None
+        self.waits = []  # work on another stream that this stream's next work waits for (an event wait)
+
+    def queued(self) -> list:
+        """What a wait for everything queued on this stream so far waits for."""
+        return [self.tail, *self.waits]
 
     def run(self, machine: "SimulatedRun", phases: dict, device_ms: float, not_before: float, after):
         previous = self.tail
+        after, self.waits = [*after, *self.waits], []
         self.tail = self.env.process(self._work(machine, previous, phases, device_ms, not_before, after))
         return self.tail
 
@@ -60,6 +71,7 @@ class SimulatedRun:
     busy: Counter = field(default_factory=Counter)
     calls: Counter = field(default_factory=Counter)
     rounds: list = field(default_factory=list)
+    events: list | None = None  # the event log, when asked for: (name, stream, tokens) per operation
 
     def __post_init__(self):
         self.target = DeviceStream(self.env, "target-device")
@@ -77,20 +89,19 @@ class SimulatedRun:
         return self.config.placement == "two-gpu"
 
     # --- primitives -------------------------------------------------------------------------
-    def launch(self, stream: DeviceStream, phases: dict, host_ms: float = 0.0, after=(), copy: bool = False):
-        """Issue work on a device; the host is busy for host_ms. Returns the completion event.
+    def log(self, name: str, stream: str, tokens: int | None = None) -> None:
+        """One event of the log (`events`), as `model.decoder.Decoder` logs it."""
+        if self.events is not None:
+            self.events.append((name, stream, tokens))
 
-        `after`: work on the other device this must wait for (a cross-device event wait, which costs
-        event_sync_ms on two devices). `copy`: the result goes to the other device (copy_token_ms)."""
-        after = [e for e in after if e is not None]
-        extra = {}
-        if copy and self.copy_ms:
-            extra["other"] = self.copy_ms
-        if after and self.cross_wait_ms:
-            extra["sync"] = self.cross_wait_ms
-        if extra:
-            phases = {**phases, **{k: phases.get(k, 0.0) + v for k, v in extra.items()}}
-        done = stream.run(self, phases, sum(phases.values()), self.env.now + host_ms, after)
+    def launch(self, stream: DeviceStream, phases: dict, host_ms: float = 0.0, after=(), cross_wait: bool = False):
+        """Issue work on a device stream; the host is busy for host_ms. Returns the completion event.
+
+        `after`: other events the work waits for besides its stream's earlier work. `cross_wait`:
+        it waits for the other device (a cross-device event wait: event_sync_ms on two devices)."""
+        if cross_wait and self.cross_wait_ms:
+            phases = {**phases, "sync": phases.get("sync", 0.0) + self.cross_wait_ms}
+        done = stream.run(self, phases, sum(phases.values()), self.env.now + host_ms, [e for e in after if e is not None])
         if host_ms:
             yield self.env.timeout(host_ms)
         return done
@@ -108,31 +119,64 @@ class SimulatedRun:
         if ms:
             yield self.env.timeout(ms)
 
-    # --- operations of the loop ---------------------------------------------------------------
+    # --- operations of the loop, one per operation of model.decoder.Decoder --------------------
     def _cost(self, key, compute):
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
 
-    def target_forward(self, phase: str, n_tokens: int, context: int, after=(), copy: bool = False):
+    def read(self):
+        """`Decoder.read` (and resolve's and the final read): a host read of target-device values. It
+        waits for everything queued on the target stream, which waits for every copy made to it."""
+        self.log("sync", "target")
+        yield from self.sync(*self.target.queued())
+
+    def copy_tokens(self, source: str, tokens: int):
+        """`Decoder.to_target` (source "draft") or `to_draft` (source "target"), on two devices only
+        (on one the decoder's `.to()` is a no-op). As PyTorch copies between GPUs: on the source's
+        stream after the work queued on the destination, and the destination's later work waits for
+        the copy (a two-way barrier); the copy pays copy_token_ms and one cross-device wait."""
+        if not self.two_devices:
+            return None
+        self.log("copy_tokens", source, tokens)
+        src, dst = (self.draft, self.target) if source == "draft" else (self.target, self.draft)
+        done = yield from self.launch(src, {"other": self.copy_ms}, after=dst.queued(), cross_wait=True)
+        dst.waits.append(done)  # the destination's stream waits for the copy
+        return done
+
+    def target_forward(self, name: str, n_tokens: int, context: int, phase: str | None = None):
+        """`Decoder.verify` (name "verify") or a standalone one (name "append": `Decoder.append`, and
+        the baseline's forwards, which the decoder charges to the verify phase)."""
         c = self.costs.verify
         device_ms, host_ms = self._cost(("target", n_tokens, context), lambda: (
             c.device_ms(n_tokens=n_tokens, context=context), c.host_ms(n_tokens=n_tokens, context=context)))
-        self.calls["verify" if phase == "verify" else "append"] += 1
-        return (yield from self.launch(self.target, {phase: device_ms}, host_ms, after, copy))
+        self.calls[name] += 1
+        self.log(name, "target", n_tokens)
+        phase = phase or ("verify" if name == "verify" else "finalize")
+        return (yield from self.launch(self.target, {phase: device_ms}, host_ms))
 
-    def draft_steps(self, steps: int, context: int, after=(), copy: bool = True):
-        """`steps` draft decode steps (body then head each) issued back to back; the proposals
-        go to the target's device."""
-        body_ms, head_ms, host_ms = self._cost(("draft", steps, context), lambda: self._draft_cost(steps, context))
+    def draft_steps(self, steps: int, context: int, first_tokens: int = 1):
+        """`Decoder.draft_steps`: `steps` draft steps (body then head each) issued back to back on
+        the draft stream, the first feeding `first_tokens` tokens after `context` cached ones, every
+        later one the previous proposal."""
+        if self.events is not None:
+            self.events += [("draft_step", "draft", first_tokens)] + [("draft_step", "draft", 1)] * (steps - 1)
+        body_ms, head_ms, host_ms = self._cost(("draft", steps, context, first_tokens),
+                                               lambda: self._draft_cost(steps, context, first_tokens))
         self.calls["draft_steps"] += steps
-        return (yield from self.launch(self.draft, {"draft_body": body_ms, "draft_head": head_ms},
-                                       host_ms, after, copy))
+        return (yield from self.launch(self.draft, {"draft_body": body_ms, "draft_head": head_ms}, host_ms))
 
-    def _draft_cost(self, steps: int, context: int):
+    def propose(self, context: int):
+        """`Decoder.propose`: K draft steps from f, at position p = context - 1. The first feeds
+        [prev, f] at p - 1 (2 tokens after p - 1 cached ones), the next ones d1..d(K-1) at p + 1.."""
+        return (yield from self.draft_steps(self.config.K, context - 2, first_tokens=2))
+
+    def _draft_cost(self, steps: int, context: int, first_tokens: int):
         body, head, p = self.costs.draft_body, self.costs.head(self.config.head), self.config.probes
-        body_ms = sum(body.device_ms(context=context + j) for j in range(steps))
-        host_ms = sum(body.host_ms(context=context + j) for j in range(steps))
+        # step j's (n_tokens, context): a profile without an n_tokens axis costs every step as one token
+        points = [(first_tokens, context)] + [(1, context + first_tokens + j - 1) for j in range(1, steps)]
+        body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
+        host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
         if self.free_head:
             return body_ms, 0.0, host_ms
         return body_ms, steps * head.device_ms(probes=p), host_ms + steps * head.host_ms(probes=p)
@@ -155,72 +199,94 @@ class SimulatedRun:
 
 
 # --- schedules: one generator per schedule, each decoding one generation after its first token --
+# Each follows its namesake in model/schedules.py operation for operation (docs/contracts.md,
+# "Schedule event order"); tests/test_schedule_parity.py compares the two event logs.
 
 def baseline(m: SimulatedRun, g: Generation, block):
-    """One target forward per token; tokens stay on the device until the end."""
+    """One target forward per token (counted as an append, charged to verify, as the decoder does);
+    tokens stay on the device until the one read at the end."""
     context = g.prompt_len + 1
-    done = None
     for i in range(g.decode_tokens):
-        done = yield from m.target_forward("verify", 1, context + i - 1)
-        m.record(g, i, 0, 0, 1, False, context + i - 1)
-    yield from m.sync(done)
+        yield from m.target_forward("append", 1, context + i - 1, phase="verify")
+        m.record(g, i, 0, 0, 1, False, context + i)  # the trace's context: the first token included
+    if g.decode_tokens:
+        yield from m.read()  # the final read of the tokens
 
 
-def _ordinary_rounds(m: SimulatedRun, g: Generation, block, overlap_append: bool):
+def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
     K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
-    appended = yield from m.target_forward("finalize", 1, context - 1)  # append the first token -> t*
-    f_ready, index = None, 0  # f_ready: the target-side work the draft's next step waits for
-    while remaining > 0:
-        proposed = yield from m.draft_steps(K, context - 1, after=[f_ready])
-        yield from m.sync(proposed, appended)  # skip test: d1 == t*
+    max_new, n = g.decode_tokens + 1, 1  # n: the device's counter of emitted tokens (the first included)
+    least = most = 1  # what the host knows of n (model.decoder.Run.least / most)
+    index = 0
+    while least < max_new:  # Run.more
+        if index == 0:  # the initial append(1) of the first token gives t*
+            yield from m.target_forward("append", 1, context - 1)
+        yield from m.propose(context)  # draft_step x K
+        yield from m.copy_tokens("draft", K)
+        yield from m.read()  # skip test d1 == t*; it also reads n, as the previous round left it
+        least = most = n
         accepted = leading_accepts(block(pos, K), K)
         skipped = accepted == 0
-        verified = None if skipped else (yield from m.target_forward("verify", K, context, copy=overlap_append))
-        appended = yield from m.target_forward("finalize", 1, context + accepted, copy=not overlap_append)
-        f_ready = verified if overlap_append else appended
+        if not skipped:
+            yield from m.target_forward("verify", K, context)
+        if pipelined:  # f goes to the draft first, so its next steps need not wait for the append
+            yield from m.copy_tokens("target", 3)
+            yield from m.target_forward("append", 1, context + accepted)
+        else:  # finalize: append(1), then f to the draft
+            yield from m.target_forward("append", 1, context + accepted)
+            yield from m.copy_tokens("target", 3)
         yield from m.host_work(m.bookkeeping_ms)
+        n += accepted + 1
+        least, most = least + 1, most + (1 if skipped else K + 1)  # Run.issued
+        if least < max_new <= most:  # Decoder.resolve: the host cannot tell whether it is over
+            yield from m.read()
+            least = most = n
         emitted = min(accepted + 1, remaining)
         m.record(g, index, K, accepted, emitted, skipped, context)
         index += 1
         pos, context, remaining = pos + accepted + 1, context + accepted + 1, remaining - emitted
-    yield from m.sync(appended)
+    if index:
+        yield from m.read()  # the final read of the tokens
 
 
 def ordinary(m, g, block):
     """Draft K, skip test, verify K, standalone append of f before the next round drafts."""
-    yield from _ordinary_rounds(m, g, block, overlap_append=False)
+    yield from _ordinary_rounds(m, g, block, pipelined=False)
 
 
 def pipelined(m, g, block):
     """As ordinary, but the draft proposes round r+1 while the target appends round r's f."""
-    yield from _ordinary_rounds(m, g, block, overlap_append=True)
+    yield from _ordinary_rounds(m, g, block, pipelined=True)
 
 
 def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
     K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
-    f_ready, ready_block, index = None, None, 0
-    while remaining > 0:
-        proposed = ready_block or (yield from m.draft_steps(K, context - 1, after=[f_ready]))
-        verified = yield from m.target_forward("verify", K + 1, context - 1, after=[proposed], copy=True)
+    ready, index = False, 0  # ready: the look-ahead already proposed this round's block
+    while remaining > 0:  # every round reads n, so the host always knows it
+        if not ready:
+            yield from m.propose(context)  # draft_step x K
+            yield from m.copy_tokens("draft", K)
+        yield from m.target_forward("verify", K + 1, context - 1)  # over [f, d1..dK]
         matches = block(pos, K)
         accepted = leading_accepts(matches, K)
         used = None
-        if lookahead:  # the draft goes on as if the whole block will be accepted
-            guess = yield from m.draft_steps(1, context + K - 1)
-            rest = yield from m.draft_steps(K, context + K)
-            yield from m.sync(verified, guess)
-            used = accepted == K and matches[K]
-            ready_block = rest if used else None
-        else:
-            yield from m.sync(verified)
-        f_ready = None if used else verified
+        if lookahead:  # the draft goes on as if the whole block will be accepted: e1..e(K+1)
+            yield from m.draft_steps(K + 1, context + K - 1)
+            yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
+        yield from m.read()  # n, and with the look-ahead whether it is used
+        if lookahead:
+            used = accepted == K and bool(matches[K])
+        if not used:  # f goes to the draft, which drafts from it (its cache cropped there)
+            yield from m.copy_tokens("target", 3)
+        ready = bool(used)
         yield from m.host_work(m.bookkeeping_ms)
         emitted = min(accepted + 1, remaining)
         m.record(g, index, K, accepted, emitted, False, context, used)
         index += 1
         pos, context, remaining = pos + accepted + 1, context + accepted + 1, remaining - emitted
-    tail = yield from m.target_forward("finalize", 1, context - 1)  # the one standalone append
-    yield from m.sync(tail)
+    if index:
+        yield from m.target_forward("append", 1, context - 1)  # the one standalone append
+        yield from m.read()  # the final read of the tokens
 
 
 def deferred(m, g, block):

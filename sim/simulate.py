@@ -13,9 +13,9 @@ from .schedules import RUNNERS, Config, SimulatedRun
 
 
 def _run(costs: Costs, config: Config, source, generations: list[Generation], seed: int,
-         free_head: bool = False) -> dict:
+         free_head: bool = False, events: bool = False) -> dict:
     env = simpy.Environment()
-    m = SimulatedRun(env, costs, config, free_head=free_head)
+    m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None)
     ttft, decode = [], []
 
     def host_thread():
@@ -35,9 +35,12 @@ def _run(costs: Costs, config: Config, source, generations: list[Generation], se
 
 
 def simulate(costs: Costs, config: Config, source, generations: list[Generation], seed: int = 0,
-             ceiling: bool = True) -> dict:
-    """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON)."""
-    run = _run(costs, config, source, generations, seed)
+             ceiling: bool = True, events: bool = False) -> dict:
+    """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
+
+    `events`: also return the event log of every generation in turn (`result["events"]`: one
+    `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them)."""
+    run = _run(costs, config, source, generations, seed, events=events)
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
@@ -55,8 +58,8 @@ def simulate(costs: Costs, config: Config, source, generations: list[Generation]
         "acceptance": sum(r["accepted"] for r in rounds) / proposed if proposed else None,
         "mean_emitted": tokens / len(rounds) if rounds else None,
         "rounds": len(rounds),
-        "verify_calls": m.calls["verify"] if config.schedule != "baseline" else 0,
-        "append_calls": m.calls["append"] + (m.calls["verify"] if config.schedule == "baseline" else 0),
+        "verify_calls": m.calls["verify"],
+        "append_calls": m.calls["append"],  # the baseline's forwards are appends, as the decoder counts them
         "draft_steps": m.calls["draft_steps"],
         "lookahead_used": sum(1 for r in rounds if r["lookahead_used"]),
         "phase_ms": phases,
@@ -71,4 +74,6 @@ def simulate(costs: Costs, config: Config, source, generations: list[Generation]
         result["head_only_ratio"] = result["head_only_tok_s"] / result["decode_tok_s"] if result["decode_tok_s"] else None
     else:
         result["head_only_tok_s"] = result["head_only_ratio"] = None
+    if events:
+        result["events"] = m.events
     return result

@@ -29,27 +29,39 @@ def test_iid_tokens_per_round_match_closed_form(a, K):
 
 # A trace of one prompt, K = 2, accepted 2, 0, 1 (6 decode tokens), on the tiny profile:
 # T(n) = 10 + n, draft step 2 + 1 = 3 (K steps: 6), item 0.1, copy 0.2, cross-device wait 0.05,
-# target prefill 50, draft prefill 5. TTFT = 50 + 0.1; decode starts at 50.1.
+# target prefill 50, draft prefill 5. TTFT = 50 + 0.1; decode starts at 50.1. The event order is
+# the decoder's (docs/contracts.md): a read waits for the whole target stream; a copy runs on its
+# source's stream after the destination's queued work (0.2 + 0.05), and the destination waits for
+# it. Ordinary and pipelined read the counter once more after round 3: it left the host unsure
+# whether the 7 tokens were reached (6 <= n <= 8; Decoder.resolve).
 HAND = {
     # one GPU: everything in one stream. The draft prefill ends at 55 (4.9 after decode starts).
-    ("one-gpu", "ordinary"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1,
-    ("one-gpu", "pipelined"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1,
+    ("one-gpu", "ordinary"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
+    ("one-gpu", "pipelined"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
     ("one-gpu", "deferred"): 4.9 + 3 * (6 + 13 + 0.1) + 11 + 0.1,
-    # look-ahead (3 steps) after each verify; round 1's is used, so round 2 drafts nothing and
-    # its verify waits for the look-ahead's last steps (83); rounds 2 and 3 waste theirs.
-    ("one-gpu", "pipelined-deferred"): (144.1 - 50.1),
-    # two GPUs. ordinary: initial append 50.1-61.1; R1 draft (6+copy) 50.1-56.3, sync 61.2,
-    # verify 61.2-73.2, append+copy 73.2-84.4; R2 draft waits the append (+0.05) 84.4-90.65,
-    # sync 90.75, append 90.75-101.95; R3 draft 101.95-108.2, sync 108.3, verify -120.3,
-    # append -131.5, final sync 131.6.
-    ("two-gpu", "ordinary"): 131.6 - 50.1,
-    # pipelined: f goes with the verify; R1 verify+copy 61.2-73.4, append 73.4-84.4; R2 draft
-    # after the verify 73.4-79.65, sync (append) 84.5, append -95.5; R3 draft 84.5-90.7, sync 95.6,
-    # verify+copy -107.8, append -118.8, final sync 118.9.
-    ("two-gpu", "pipelined"): 118.9 - 50.1,
-    # deferred: R1 draft+copy 50.1-56.3, verify(3)+copy+wait 13.25 -69.55, sync 69.65; R2 draft
-    # (+wait) -75.9, verify -89.15, sync 89.25; R3 -95.5, -108.75, sync 108.85; tail append -119.85.
-    ("two-gpu", "deferred"): 119.95 - 50.1,
+    # each read waits for the verify and the whole look-ahead (3 steps): round 1's look-ahead is
+    # used, so round 2 drafts nothing; rounds 2 and 3 waste theirs.
+    ("one-gpu", "pipelined-deferred"): 4.9 + (6 + 13 + 9 + 0.1) + (13 + 9 + 0.1) + (6 + 13 + 9 + 0.1) + 11 + 0.1,
+    # two GPUs. ordinary: initial append 50.1-61.1; R1 draft 50.1-56.1, its copy waits for the
+    # append 61.1-61.35, read 61.45, verify -73.45, append -84.45, copy of f -84.7; R2 draft after
+    # it -90.7, copy -90.95, read 91.05, append -102.05, copy -102.3; R3 draft -108.3, copy -108.55,
+    # read 108.65, verify -120.65, append -131.65, copy -131.9, resolve's read 132.0, final read 132.1.
+    ("two-gpu", "ordinary"): 132.1 - 50.1,
+    # pipelined: f goes to the draft before the append. R1 as ordinary up to the verify -73.45,
+    # copy of f -73.7, append -84.7; R2 draft 73.7-79.7, its copy waits for the append -84.95, read
+    # 85.05, copy of f -85.3, append -96.3; R3 draft 85.3-91.3, copy waits for the append -96.55,
+    # read 96.65, verify -108.65, copy of f -108.9, append -119.9, resolve's read 120.0, final 120.1.
+    ("two-gpu", "pipelined"): 120.1 - 50.1,
+    # deferred: R1 draft 50.1-56.1, copy -56.35, verify(3) -69.35, read 69.45, copy of f -69.7; R2
+    # draft -75.7, copy -75.95, verify -88.95, read 89.05, copy -89.3; R3 draft -95.3, copy -95.55,
+    # verify -108.55, read 108.65, copy -108.9; tail append -119.9, final read 120.0.
+    ("two-gpu", "deferred"): 120.0 - 50.1,
+    # pipelined-deferred: R1 draft 50.1-56.1, copy -56.35, verify -69.35 beside the look-ahead
+    # 56.35-65.35, whose copy waits for the verify -69.6, read 69.7 (used: no copy of f); R2 verify
+    # -82.7 beside the look-ahead -78.7, copy -82.95, read 83.05, copy of f -83.3; R3 draft -89.3,
+    # copy -89.55, verify -102.55, look-ahead -98.55, copy -102.8, read 102.9, copy of f -103.15;
+    # tail append -114.15, final read 114.25.
+    ("two-gpu", "pipelined-deferred"): 114.25 - 50.1,
 }
 
 

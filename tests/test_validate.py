@@ -49,8 +49,18 @@ def test_report_files_and_traces_meet_the_contract(validated):
     assert "**Weights: SYNTHETIC**" in report and "python -m validate" in report and "median absolute error" in report
     Profile(json.loads((validated / "profile.json").read_text()), "measured")  # what the simulator read
     traces = sorted((validated / "traces").glob("*.trace.jsonl"))
-    assert len(traces) == 9
-    for trace in traces:
+    calibration = [t for t in traces if t.name.startswith("calibration-")]
+    assert len(traces) - len(calibration) == 9
+    # one decoder instance for the baseline and one per head (K 2): baseline and deferred on each
+    assert sorted(t.name.split(".")[0] for t in calibration) == sorted(
+        f"calibration-{group}-{name}" for group in ("baseline", "K2-dense", "K2-flashhead")
+        for name in ("baseline", "deferred-" + group.split("-")[-1] + "-K2" if group != "baseline" else "deferred-dense-K2"))
+    validation_prompts = set(read_summary(validated / "traces" / "baseline.summary.json")["config"]["prompts"])
+    for trace in calibration:
+        prompts = {json.loads(x)["prompt_id"] for x in trace.read_text().splitlines()}
+        assert prompts and not prompts & validation_prompts  # calibrated on a prompt it never predicts
+    assert "- Calibration: baseline: baseline + deferred-dense-K2 on prompt" in report
+    for trace in sorted(set(traces) - set(calibration)):
         lines = [json.loads(x) for x in trace.read_text().splitlines()]
         for line in lines:
             check_trace_line(line, str(trace))
@@ -152,3 +162,33 @@ def test_profile_from_another_placement_is_refused(tmp_path, capsys):
     profile.write_text(json.dumps(tiny_profile("one-gpu")))
     out = tmp_path / "new" / "report"
     _one_line_exit_2(TINY + ["--profile", str(profile)], capsys, "measured on placement one-gpu", out)
+
+
+def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_path):
+    """Measured phase times of a calibration run at twice the profile's verify time and half its draft
+    body time give scales of exactly 2 and 0.5; the calibrated prediction then predicts those times."""
+    from tests.sim_fixtures import tiny_profile
+    from tests.sim_fixtures import trace_lines as fixture_lines
+    from tests.sim_fixtures import write
+    from validate.calibration import scales_from
+    from validate.plan import Config
+    from validate.predict import predict
+
+    profile_path, trace_path = write(tmp_path, tiny_profile("one-gpu"), fixture_lines([1, 2, 0, 2], K=2))
+    lines = [dict(line, schedule="deferred") for line in json_lines(trace_path)]
+    config = Config("deferred", "dense", 2)
+    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False)
+    phases = dict(predicted["phase_ms"])
+    measured = {"verify": 2 * phases["verify"], "finalize": 2 * phases["finalize"],
+                "draft_body": 0.5 * phases["draft_body"], "draft_head": phases["draft_head"], "sync": 0.0, "other": 0.0}
+    summary = {"phases_ms": measured}
+    scales = scales_from([(config, None, lines, summary, trace_path)], "dense", profile_path, "one-gpu", False)
+    assert scales == pytest.approx({"target.forward_ms": 2.0, "draft.body_ms": 0.5, "draft.head_dense_ms": 1.0})
+    edits = tuple((path, "*=", factor) for path, factor in scales.items())
+    calibrated, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, edits)
+    for phase in ("verify", "finalize", "draft_body", "draft_head"):
+        assert calibrated["phase_ms"][phase] == pytest.approx(measured[phase])
+
+
+def json_lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]

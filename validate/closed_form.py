@@ -51,7 +51,7 @@ def closed_form(costs: Costs, schedule: str, head: str, K: int, probes: int | No
         return ClosedForm(costs.verify.device_ms(n_tokens=1, context=context), 0.0, 0.0, 1.0, 0, 1, context)
     n = K if schedule in APPENDING else K + 1
     T_p = costs.verify.device_ms(n_tokens=n, context=context)
-    T_q = costs.draft_body.device_ms(context=context) + costs.head(head).device_ms(probes=probes)
+    T_q = costs.draft_body.device_ms(n_tokens=1, context=context) + costs.head(head).device_ms(probes=probes)
     T_o = costs.item.device_ms() + costs.bookkeeping.device_ms()
     if placement == "two-gpu":
         T_o += 2 * costs.copy_token.device_ms()

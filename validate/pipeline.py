@@ -19,13 +19,17 @@ from contracts.trace import read_summary, read_trace, write_summary, write_trace
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.pair import resolve_placement
+from model.prompts import select_prompts
 
 from . import report
 from .closed_form import closed_form
 from .plan import (Config, check_acceptance, check_out, check_profile, choose_prompts, graphs_on, matrix, parse_ks,
                    report_folder)
 from .predict import phase_rows, predict
-from .runs import control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
+from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
+from .calibration import Calibration, group_name, scales_from, trace_name
+from .runs import (Workload, control_for, decode, free_memory, load_pair, progress, records, references,
+                   run_config_dict)
 
 
 def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths) -> MeasureSettings:
@@ -77,7 +81,8 @@ def run(args) -> Path:
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
-        recorded = _decode_all(args, pair, work, configs, control, graphs, reference_len, folder, ks[0])
+        recorded, calibration_records = _decode_all(args, pair, work, configs, control, graphs, reference_len,
+                                                    folder, ks[0])
         del pair, control
         free_memory()
         profile_path = args.profile
@@ -87,8 +92,10 @@ def run(args) -> Path:
             settings = measure_settings(args, placement, graphs, K_max, contexts, sorted({min(lengths), max(lengths)}))
             measure_profile(settings, profile_path, command_line(settings, out / "profile.json"))
         profile = check_profile(str(profile_path), placement, graphs)
-        results, notes = _predict_all(recorded, profile_path, profile, placement, graphs, folder)
+        calibrations = calibrate(calibration_records, profile_path, placement, graphs)
+        results, notes = _predict_all(recorded, calibrations, profile_path, profile, placement, graphs, folder)
         notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
+        meta["calibrations"] = [c.describe() for c in calibrations.values()]
         meta.update(_profile_meta(profile, args, pair_names=(args.target, args.draft)), notes=notes,
                     profile="profile.json" if args.measure else args.profile, measured_here=bool(args.measure))
         report.write(folder, results, meta)
@@ -98,9 +105,8 @@ def run(args) -> Path:
 
 def _print_results(results, out: Path) -> None:
     print(report.stdout_table(results))
-    summary = report.errors_summary(results)
-    print(f"simulator |error|: median {100 * summary['simulator'][0]:.1f}%, max {100 * summary['simulator'][1]:.1f}%; "
-          f"closed form: median {100 * summary['closed_form'][0]:.1f}%, max {100 * summary['closed_form'][1]:.1f}%")
+    print("; ".join(f"{name.replace('_', ' ')} |error|: median {100 * median:.1f}%, max {100 * most:.1f}%"
+                    for name, (median, most) in report.errors_summary(results).items()))
     print(f"wrote {out}/report.md, results.csv, scatter.png, phases.png, traces/")
 
 
@@ -112,7 +118,14 @@ def run_from_runs(args) -> Path:
     summaries = sorted(source.glob("*.summary.json"))
     if not summaries:
         raise UsageError(f"--from-runs: no recorded runs (*.summary.json) in {source}")
-    recorded = [_recorded(path) for path in summaries]
+    recorded = [_recorded(path) for path in summaries if not path.name.startswith("calibration-")]
+    calibration_records = {}
+    for path in summaries:
+        if path.name.startswith("calibration-"):
+            config, probes, lines, summary = _recorded(path)
+            group = path.name.removeprefix("calibration-").removesuffix(f"-{config.name}.summary.json")
+            trace = path.with_name(path.name.replace(".summary.json", ".trace.jsonl"))
+            calibration_records.setdefault(group, []).append((config, probes, lines, summary, trace))
     first = recorded[0][3]["config"]
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
@@ -128,7 +141,9 @@ def run_from_runs(args) -> Path:
             "max_new_tokens": first["max_new_tokens"], "warmup": None, "command": args.command}
     with staged(out) as folder:
         shutil.copytree(source, folder / "traces")
-        results, notes = _predict_all(recorded, args.profile, profile, placement, graphs, folder)
+        calibrations = calibrate(calibration_records, args.profile, placement, graphs)
+        meta["calibrations"] = [c.describe() for c in calibrations.values()]
+        results, notes = _predict_all(recorded, calibrations, args.profile, profile, placement, graphs, folder)
         meta.update(_profile_meta(profile, args, pair_names=(first["target"], drafted["draft"])), notes=notes,
                     profile=args.profile, measured_here=False)
         report.write(folder, results, meta)
@@ -144,44 +159,93 @@ def _recorded(summary_path: Path) -> tuple:
     return Config(config["schedule"], config["head"], config["K"]), config["probes"], lines, summary
 
 
-def _predict_all(recorded, profile_path, profile, placement: str, graphs: bool, folder: Path):
-    """Simulator and closed form for every recorded configuration; (results, the simulator's notes)."""
+def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict[str, Calibration]:
+    """Each decoder instance's cost scales from its calibration generations (none recorded: none)."""
+    calibrations = {}
+    for group, group_records in records.items():
+        drafted = [r for r in group_records if r[0].schedule != "baseline"]
+        head = drafted[0][0].head if drafted else "dense"
+        scales = scales_from(group_records, head, profile_path, placement, graphs)
+        prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
+        calibrations[group] = Calibration(group, prompt, group_records, scales)
+    return calibrations
+
+
+def _predict_all(recorded, calibrations: dict, profile_path, profile, placement: str, graphs: bool, folder: Path):
+    """Simulator (calibrated where the run's decoder instance was, and from the profile alone) and closed
+    form for every recorded configuration; (results, the simulator's notes)."""
     costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
     results, notes = [], []
     for config, probes, lines, summary in recorded:
         trace = folder / "traces" / f"{config.name}.trace.jsonl"
-        predicted, sim_notes = predict(profile_path, trace, lines, config, probes, placement, graphs)
+        profile_only, sim_notes = predict(profile_path, trace, lines, config, probes, placement, graphs)
         notes += [n for n in sim_notes if n not in notes]
+        calibration = calibrations.get(group_name(config))
+        predicted = profile_only
+        if calibration is not None:
+            predicted, _ = predict(profile_path, trace, lines, config, probes, placement, graphs, calibration.edits())
         closed = closed_form(costs, config.schedule, config.head, config.K, probes, placement, lines)
         results.append(report.Result(config, probes, summary, predicted, closed, phase_rows(summary, predicted),
-                                     str(trace.relative_to(folder))))
+                                     str(trace.relative_to(folder)),
+                                     profile_only if calibration is not None else None))
     return results, notes
 
 
-def _decode_all(args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int) -> list:
-    """Every configuration over every prompt; writes its trace and summary; returns what prediction needs."""
-    recorded, refs = [], None
-    total = len(configs) * (len(work.prompts) + args.warmup) + (len(work.prompts) if control else 0)
+def _decode_all(args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int):
+    """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
+    and summary; returns (recorded runs, calibration records by decoder instance)."""
+    recorded, calibrations, refs = [], {}, None
+    calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
+    per_group = len(work.prompts) + args.warmup
+    groups = len({(c.K, c.head) for c in configs})
+    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + (len(work.prompts) + 1 if control else 0)
     with progress(total, "validate") as bar:
         for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
+            group = list(group)
             head = pair.head(head_kind, args.probes)
             dec = pair.decoder(head, K or first_K, graphs, control)
             if control is not None and refs is None:
                 bar.set_postfix_str("target references")
                 refs = references(dec, work, reference_len)
-                bar.update(len(work.prompts))
+                refs[calibration_prompt.id] = dec.reference(calibration_ids, reference_len)
+                bar.update(len(work.prompts) + 1)
+            name = group_name(group[0])
+            calibrations[name] = []
+            probes = head.probes if head_kind == "flashhead" else None
+            for schedule in CALIBRATION_SCHEDULES:
+                config = Config("baseline", "dense", 0) if schedule == "baseline" else Config(schedule, head_kind,
+                                                                                              K or first_K)
+                runs = decode(dec, Workload([calibration_prompt], [calibration_ids]), schedule, args.max_new_tokens,
+                              control, refs, warmup=1, bar=None)
+                config_probes = probes if config.head == "flashhead" else None
+                lines, summary = records(runs, config, config_probes, run_config_dict(
+                    pair, [calibration_prompt], config, config_probes, dec.graphs, args.max_new_tokens, control))
+                stem = trace_name(name, config)
+                write_trace(folder / "traces" / f"{stem}.trace.jsonl", lines)
+                write_summary(folder / "traces" / f"{stem}.summary.json", summary)
+                calibrations[name].append((config, config_probes, lines, summary,
+                                           folder / "traces" / f"{stem}.trace.jsonl"))
+                bar.update()
             for config in group:
-                probes = head.probes if config.head == "flashhead" else None
+                config_probes = probes if config.head == "flashhead" else None
                 runs = decode(dec, work, config.schedule, args.max_new_tokens, control, refs, args.warmup,
                               bar=bar, label=config.name)
-                lines, summary = records(runs, config, probes, run_config_dict(
-                    pair, work.prompts, config, probes, dec.graphs, args.max_new_tokens, control))
+                lines, summary = records(runs, config, config_probes, run_config_dict(
+                    pair, work.prompts, config, config_probes, dec.graphs, args.max_new_tokens, control))
                 write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
                 write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
-                recorded.append((config, probes, lines, summary))
+                recorded.append((config, config_probes, lines, summary))
             del dec, head
             free_memory()
-    return recorded
+    return recorded, calibrations
+
+
+def calibration_workload(args, pair, work):
+    """The calibration prompt: the first Spec-Bench question that is not a validation prompt, cut to the
+    longest validation prompt (the caches are sized for those)."""
+    chosen = {p.id for p in work.prompts}
+    prompt = next(p for p in select_prompts("first:100000", args.prompts_file) if p.id not in chosen)
+    return prompt, pair.target.tokenizer.encode(prompt.text)[: max(len(x) for x in work.ids)]
 
 
 def _meta(args, pair, graphs: bool, control, prompts) -> dict:

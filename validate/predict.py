@@ -17,11 +17,13 @@ from .plan import Config
 
 
 def predict(profile_path, trace_path, lines: list[dict], config: Config, probes: int | None, placement: str,
-            graphs: bool) -> tuple[dict, list[str]]:
-    """(the simulator's row for this configuration, its notes)."""
+            graphs: bool, edits: tuple = ()) -> tuple[dict, list[str]]:
+    """(the simulator's row for this configuration, its notes); `edits` scale profile costs (calibration)."""
     regime_flag = "on" if graphs else "off"
     if config.schedule == "baseline":  # a baseline trace carries no acceptance; only its generations matter
         profile = load_profile(str(profile_path))
+        if edits:
+            profile = profile.edited(list(edits), REGIME_OF_GRAPHS_FLAG[regime_flag])
         by_prompt: dict[str, list[dict]] = {}
         for line in lines:
             by_prompt.setdefault(line["prompt_id"], []).append(line)
@@ -30,7 +32,8 @@ def predict(profile_path, trace_path, lines: list[dict], config: Config, probes:
         row = simulate(profile.costs[REGIME_OF_GRAPHS_FLAG[regime_flag]], sim_config, source, source.generations, ceiling=False)
         return row, [f"profile: {profile.label()} [{profile.source}], regime: {REGIME_OF_GRAPHS_FLAG[regime_flag]}"]
     scenario = Scenario(profile=str(profile_path), acceptance=f"trace:{trace_path}", schedules=(config.schedule,),
-                        heads=(config.head,), K=config.K, probes=probes, placement=placement, graphs=regime_flag)
+                        heads=(config.head,), K=config.K, probes=probes, placement=placement, graphs=regime_flag,
+                        edits=tuple(edits))
     rows, resolved = run(scenario, ceiling=False)
     return rows[-1], resolved.notes
 

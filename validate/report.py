@@ -23,11 +23,18 @@ class Result:
 
     config: Config
     probes: int | None
-    summary: dict  # flashspec.summary/1 of the real run
-    predicted: dict  # the simulator's row
+    summary: dict  # the real run's summary (contracts.trace)
+    predicted: dict  # the simulator's row (with the in-process calibration where there is one)
     closed: ClosedForm
     phases: list[dict]  # predict.phase_rows
     trace: str  # path of the trace, relative to the report
+    profile_only: dict | None = None  # the simulator's row from the profile alone, when calibrated
+
+    @property
+    def profile_only_error(self) -> float | None:
+        if self.profile_only is None:
+            return None
+        return (self.profile_only["decode_tok_s"] - self.measured_tok_s) / self.measured_tok_s
 
     @property
     def measured_tok_s(self) -> float:
@@ -54,15 +61,17 @@ def _f(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-HEADERS = ["configuration", "measured tok/s", "predicted tok/s", "error", "closed-form tok/s", "closed error",
-           "accept", "emit/rd", "verify m/p", "append m/p"]
+HEADERS = ["configuration", "measured tok/s", "predicted tok/s", "error", "profile-only error", "closed-form tok/s",
+           "closed error", "acc/prop", "tok/rd", "verify m/p", "append m/p"]
 
 
 def _cells(r: Result) -> list[str]:
     s, p = r.summary, r.predicted
+    profile_only = "-" if r.profile_only_error is None else _pct(r.profile_only_error)
     return [r.config.name + (f" p={r.probes}" if r.probes else ""), _f(r.measured_tok_s), _f(r.predicted_tok_s),
-            _pct(r.error), _f(r.closed.tok_s), _pct(r.closed_error), _f(s["acceptance"], 3), _f(s["mean_emitted"], 3),
-            f"{s['verify_calls']}/{p['verify_calls']}", f"{s['append_calls']}/{p['append_calls']}"]
+            _pct(r.error), profile_only, _f(r.closed.tok_s), _pct(r.closed_error), _f(s["acceptance"], 3),
+            _f(s["mean_emitted"], 3), f"{s['verify_calls']}/{p['verify_calls']}",
+            f"{s['append_calls']}/{p['append_calls']}"]
 
 
 def stdout_table(results: list[Result]) -> str:
@@ -75,10 +84,17 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def errors_summary(results: list[Result]) -> dict:
-    """Median and max absolute relative error of each estimator."""
-    sim = [abs(r.error) for r in results]
-    closed = [abs(r.closed_error) for r in results]
-    return {"simulator": (statistics.median(sim), max(sim)), "closed_form": (statistics.median(closed), max(closed))}
+    """Median and max absolute relative error of each estimator (the profile-only simulator too, when
+    the runs were calibrated)."""
+    def spread(errors):
+        errors = [abs(e) for e in errors]
+        return statistics.median(errors), max(errors)
+
+    summary = {"simulator": spread(r.error for r in results)}
+    if all(r.profile_only is not None for r in results):
+        summary["simulator_profile_only"] = spread(r.profile_only_error for r in results)
+    summary["closed_form"] = spread(r.closed_error for r in results)
+    return summary
 
 
 def diagnosis(r: Result) -> str:
@@ -110,7 +126,9 @@ def markdown(results: list[Result], meta: dict) -> str:
              f"{', '.join(meta['prompts'])}), {meta['max_new_tokens']} new tokens each, "
              + (f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)"
                 if meta["warmup"] is not None else "the runs' warm-up generations are not in their traces"),
-             f"- Command: `{meta['command']}`", ""]
+             f"- Command: `{meta['command']}`",
+             "- Calibration: " + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else
+                                  "none (the profile's costs as measured)"), ""]
     lines += [f"> {w}" for w in meta["warnings"]] + ([""] if meta["warnings"] else [])
     med = errors_summary(results)
     lines += ["## Summary", "",
@@ -122,8 +140,12 @@ def markdown(results: list[Result], meta: dict) -> str:
               "- **measured tok/s**: decode tokens (all generated tokens but the first, which belongs to TTFT) over "
               "decode wall time, summed over the prompts (the run summary's `decode_tok_s`).",
               "- **predicted tok/s**: `python -m sim` on the same profile, replaying this run's own trace (exact at "
-              "the recorded K) with the same schedule, head, probes, placement and regime.",
-              "- **error** = (predicted - measured) / measured, for both estimators.",
+              "the recorded K) with the same schedule, head, probes, placement and regime; with the in-process "
+              "calibration where the runs carry one: each decoder instance first decoded a calibration prompt "
+              "(not a validation prompt) under baseline and deferred, and the profile's target forward, draft "
+              "body and draft head costs are scaled by that instance's measured / predicted phase times.",
+              "- **profile-only error**: the same prediction from the profile's costs as measured, uncalibrated.",
+              "- **error** = (predicted - measured) / measured, for every estimator.",
               "- **closed form**: the study's TPOT = (T_p(K) + K·T_q + T_o) / E[R], tok/s = 1000 / TPOT, where "
               "T_p(K) is the profile's target forward for the verify size the schedule uses (K tokens for ordinary "
               "and pipelined, K+1 for deferred and pipelined-deferred, 1 for baseline) at the trace's mean "
@@ -176,6 +198,8 @@ def csv_text(results: list[Result]) -> str:
         for x in r.phases:
             for key in ("measured_ms", "predicted_ms", "measured_share", "predicted_share"):
                 row[f"{x['phase']}_{key}"] = x[key]
+        row["profile_only_tok_s"] = r.profile_only["decode_tok_s"] if r.profile_only else None
+        row["profile_only_error"] = r.profile_only_error
         row["trace"] = r.trace
         rows.append(row)
     buffer = io.StringIO()

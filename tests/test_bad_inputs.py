@@ -1,0 +1,229 @@
+"""Bad input across the four commands: every case exits 2 with one `error:` line that names the input,
+prints nothing on stdout, and writes nothing. `python tests/test_bad_inputs.py` prints the cases as a
+Markdown table (command, input, exit code, message, files written)."""
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.sim_fixtures import tiny_profile, trace_lines  # noqa: E402
+
+TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
+VALIDATE = [*TINY, "--n-prompts", "1", "--max-new-tokens", "8", "--K", "2"]
+GPU = torch.cuda.is_available()
+
+
+def make_files(folder: Path) -> dict[str, Path]:
+    """Malformed and valid input files the cases refer to by name ({name} in an argument)."""
+    files = {}
+
+    def put(name, content):
+        path = folder / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        files[name] = path
+
+    put("binary.json", b"\x00\xff\xfe\x89PNG")
+    put("latin1.jsonl", "caf\xe9".encode("latin-1"))
+    put("not_json.json", "{profile: yes}")
+    put("empty.jsonl", "")
+    profile = tiny_profile()
+    put("good_profile.json", json.dumps(profile))
+    negative = tiny_profile()
+    negative["flashhead"]["default_probes"] = -3
+    put("negative_probes.json", json.dumps(negative))
+    lengths = tiny_profile()
+    lengths["setup"]["prompt_lengths"] = [8.5]
+    put("float_lengths.json", json.dumps(lengths))
+    version = tiny_profile()
+    version["schema"] = "specloop.profile/9"
+    put("future_profile.json", json.dumps(version))
+    lines = trace_lines([1, 2])
+    lines[0]["probes"] = "four"
+    put("string_probes.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    lines = trace_lines([1, 2])
+    lines[1]["context"] = -5
+    put("negative_context.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    put("no_turns.jsonl", json.dumps({"question_id": 1, "category": "qa"}) + "\n")
+    put("a_file", "not a folder")
+    (folder / "runs" / "traces").mkdir(parents=True)
+    (folder / "runs" / "traces" / "x.summary.json").write_text("{}")
+    files["runs"] = folder / "runs"
+    (folder / "report").mkdir()
+    (folder / "report" / "report.md").write_text("an earlier report")
+    files["report"] = folder / "report"
+    return files
+
+
+# (command, arguments, what the message must contain); {name} is a file from make_files, {out} the
+# output path a run would write.
+CASES = [
+    # sim: options, what-ifs, sweeps, files, outputs, sizes
+    ("sim", ["--K", "0"], "--K: must be in 1..64"),
+    ("sim", ["--K", "100000"], "--K: must be in 1..64"),
+    ("sim", ["--K", "six"], "--K: expected an integer"),
+    ("sim", ["--probes", "0"], "--probes: must be in"),
+    ("sim", ["--probes", "99999"], "exceeds the 9496 FlashHead clusters"),
+    ("sim", ["--prompts", "1e6"], "--prompts: expected an integer"),
+    ("sim", ["--prompts", "1000000"], "--prompts: must be in 1..10,000"),
+    ("sim", ["--max-new-tokens", "1000000000"], "--max-new-tokens: must be in 2..100,000"),
+    ("sim", ["--prompt-len", "1000000000"], "--prompt-len: must be in 1..1,000,000"),
+    ("sim", ["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
+    ("sim", ["--acceptance", "lengths:x=1"], "expected lengths:L=weight"),
+    ("sim", ["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
+    ("sim", ["--head", "sparse"], "--head: 'sparse' is unknown"),
+    ("sim", ["--placement", "tpu"], "--placement: 'tpu' is unknown"),
+    ("sim", ["--what-if", "nonsense.path=3"], "unknown what-if key 'nonsense.path'"),
+    ("sim", ["--what-if", "draft.body=3"], "did you mean"),
+    ("sim", ["--what-if", "K*=2"], "use K=value"),
+    ("sim", ["--what-if", "probes"], "expected key=value"),
+    ("sim", ["--what-if", "draft.body_ms*=1e9"], "must be a number in 0..1e+06"),
+    ("sim", ["--sweep", "K=2,4,0"], "sweep K: must be in 1..64"),
+    ("sim", ["--sweep", "head=dense,sparse"], "sweep head: 'sparse' is unknown"),
+    ("sim", ["--profile", "{binary.json}"], "is not UTF-8 text"),
+    ("sim", ["--profile", "{not_json.json}"], "not valid JSON"),
+    ("sim", ["--profile", "{negative_probes.json}"], "default_probes must be a positive integer"),
+    ("sim", ["--profile", "{float_lengths.json}"], "prompt_lengths must be a list of positive integers"),
+    ("sim", ["--profile", "{future_profile.json}"], "unknown profile schema"),
+    ("sim", ["--profile", "no/such/profile.json"], "cannot read profile"),
+    ("sim", ["--trace", "{latin1.jsonl}"], "is not UTF-8 text"),
+    ("sim", ["--trace", "{empty.jsonl}"], "trace has no rounds"),
+    ("sim", ["--trace", "{string_probes.jsonl}"], "probes must be a positive integer or null"),
+    ("sim", ["--trace", "{negative_context.jsonl}"], "'context' must be a non-negative integer"),
+    ("sim", ["--out", "{a_file}"], "exists and is not a folder"),
+    ("sim", ["--out", "{a_file}/below"], "is a file, not a folder"),
+    ("sim", ["--plot", "{no-out}"], "--plot writes PNG files and needs --out"),
+    ("sim", ["--graphs", "on", "--profile", "study"], "carries only eager"),
+    # model: choices, numbers, files, sizes, devices, checkpoints
+    ("model", ["--schedule", "fastest"], "unknown schedule 'fastest'"),
+    ("model", ["--head", "sparse"], "unknown head 'sparse'"),
+    ("model", ["--K", "0"], "--K must be >= 1"),
+    ("model", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    ("model", ["--warmup", "-1"], "--warmup must be >= 0"),
+    ("model", ["--probes", "3"], "apply to --head flashhead only"),
+    ("model", ["--head", "flashhead", "--probes", "999"], "probes must be in [1, 32]"),
+    ("model", ["--acceptance", "a=2"], "bad acceptance control"),
+    ("model", ["--prompts", "poetry"], "unknown prompt selection"),
+    ("model", ["--prompts", "first:0"], "expected a positive count"),
+    ("model", ["--prompts-file", "{binary.json}"], "is not UTF-8 text"),
+    ("model", ["--prompts-file", "{empty.jsonl}"], "no questions"),
+    ("model", ["--prompts-file", "{no_turns.jsonl}"], "is not a Spec-Bench question file"),
+    ("model", ["--out", "{a_file}"], "exists and is not a folder"),
+    ("model", ["--target", "no-such-model"], "checkpoint not found"),
+    ("model", ["--target", "{report}"], "has no config.json"),
+    ("model", ["--dtype", "float8"], "unsupported dtype"),
+    ("model", ["--max-new-tokens", "1000000000"], "exceeds the model's 40,960 positions"),
+    ("model", ["--target", "qwen3-32b", "--schedule", "baseline", "--placement", "cpu"], "it needs a GPU"),
+    ("model", ["--placement", "two-gpu"], "no GPU"),
+    # measure: numbers, lists, devices, sizes, outputs
+    ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),
+    ("measure", [*TINY, "--warmup", "-1"], "--warmup must be >= 0"),
+    ("measure", [*TINY, "--K-max", "0"], "--K-max must be at least 1"),
+    ("measure", [*TINY, "--agreement-max-len", "0"], "--agreement-max-len must be at least 1"),
+    ("measure", [*TINY, "--contexts", "a,b"], "--contexts: expected comma-separated integers"),
+    ("measure", [*TINY, "--contexts", "100000000"], "exceeds the model's 40,960 positions"),
+    ("measure", [*TINY, "--prompt-lengths", "0"], "--prompt-lengths must be at least 1"),
+    ("measure", [*TINY, "--graphs", "sometimes"], "--graphs takes on, off or on,off"),
+    ("measure", [*TINY, "--graphs", "on"], "needs a GPU"),
+    ("measure", [*TINY, "--probes", "1,999"], "exceed the 32 clusters"),
+    ("measure", [*TINY, "--placement", "two-gpu"], "no GPU"),
+    ("measure", [*TINY, "--out", "{a_file}/p.json"], "a_file exists and is not a folder"),
+    ("measure", ["--target", "qwen3-32b-awq", "--placement", "cpu"], "it needs a GPU"),
+    # validate: choices, numbers, profiles, runs, outputs
+    ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
+    ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
+    ("validate", [*VALIDATE, "--K", "0", "--measure"], "--K must be >= 1"),
+    ("validate", [*VALIDATE, "--measure", "--acceptance", "a=2"], "bad acceptance control"),
+    ("validate", [*VALIDATE, "--measure", "--measure-args", "--reps 0"], "--reps must be at least 1"),
+    ("validate", [*VALIDATE, "--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),
+    ("validate", [*VALIDATE], "give a cost profile"),
+    ("validate", [*VALIDATE, "--profile", "{good_profile.json}", "--placement", "cpu"], "measured on placement one-gpu"),
+    ("validate", [*VALIDATE, "--profile", "{binary.json}"], "is not UTF-8 text"),
+    ("validate", [*VALIDATE, "--measure", "--out", "{report}"], "already holds a report"),
+    ("validate", [*VALIDATE, "--measure", "--out", "{a_file}"], "exists and is not a folder"),
+    ("validate", ["--from-runs", "{runs}", "--profile", "{good_profile.json}"], "unknown summary schema"),
+    ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
+    ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
+]
+NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
+
+
+def run(command: str, argv: list[str]) -> tuple[int, str, str]:
+    """The command's main in this process: (exit code, stdout, stderr)."""
+    import importlib
+
+    main = importlib.import_module(f"{command}.__main__").main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def resolved(argv: list[str], files: dict[str, Path], out: Path) -> list[str]:
+    """The case's arguments with its files filled in, and an --out unless it names one (or `{no-out}`)."""
+    text = [re.sub(r"\{([^}]+)\}", lambda m: str(files.get(m.group(1), m.group(0))), a) for a in argv]
+    if "{no-out}" in text:
+        return [a for a in text if a != "{no-out}"]
+    return text + ([] if "--out" in argv else ["--out", str(out)])
+
+
+def _snapshot(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("command,argv,message", CASES, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(CASES)])
+def test_bad_input_is_refused_in_one_line(tmp_path, monkeypatch, command, argv, message):
+    if GPU and any(m in message for m in NEEDS_NO_GPU):
+        pytest.skip("this machine has the GPU the case lacks")
+    files = make_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    code, out, err = run(command, resolved(argv, files, tmp_path / "out" / "result.json"))
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert message in err, err
+    assert out == ""
+    assert _snapshot(tmp_path) == before, "the command wrote files"
+
+
+def test_there_are_at_least_sixty_cases_over_four_commands():
+    assert len(CASES) >= 60 and {c for c, _, _ in CASES} == {"sim", "model", "measure", "validate"}
+
+
+def markdown_table() -> str:
+    """The cases as run here: command, input, exit code, the message, what was written."""
+    import tempfile
+
+    rows = ["| # | command | input | exit | message | written |", "|---|---|---|---|---|---|"]
+    for index, (command, argv, _) in enumerate(CASES):
+        with tempfile.TemporaryDirectory() as folder:
+            folder = Path(folder)
+            files = make_files(folder)
+            previous = os.getcwd()
+            os.chdir(folder)
+            try:
+                before = _snapshot(folder)
+                code, _, err = run(command, resolved(argv, files, folder / "out" / "result.json"))
+                written = sorted(_snapshot(folder) - before)
+            finally:
+                os.chdir(previous)
+        shown = " ".join(a for a in argv if a != "{no-out}")
+        message = err.strip().replace(str(folder), "…").replace("|", "\\|")
+        rows.append(f"| {index + 1} | {command} | `{shown}` | {code} | {message} | {', '.join(written) or 'nothing'} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    torch.set_num_threads(1)
+    print(markdown_table())

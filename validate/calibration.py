@@ -1,0 +1,66 @@
+"""In-process calibration: the same graph costs several percent more or less from one process (and one
+decoder instance) to the next, while each instance is stable to about 2%. A profile measured in its own
+process from an idle device therefore misses a run by that drift. Before its runs, each decoder
+instance decodes a calibration prompt (never one of the validation prompts) under `baseline` and
+`deferred`; the simulator replays those generations on the profile, and each device cost is scaled by
+measured / predicted for its phase (target forwards, draft body, draft head), keeping the profile's
+shape over context and token count. The runs that are predicted never enter their own calibration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import Config
+from .predict import predict
+
+SCHEDULES = ("baseline", "deferred")
+# The phases whose measured / predicted ratio scales each profile cost; target forwards are verifies
+# and standalone appends alike.
+PHASES_OF_COST = {"target.forward_ms": ("verify", "finalize"), "draft.body_ms": ("draft_body",)}
+HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
+
+
+@dataclass
+class Calibration:
+    """One decoder instance's calibration: its recorded generations and the scale of each cost."""
+
+    group: str  # the decoder instance, e.g. "K4-flashhead"
+    prompt_id: str
+    records: list  # (Config, probes, trace lines, run summary, trace path) per calibration schedule
+    scales: dict[str, float]  # profile cost path -> measured / predicted
+
+    def edits(self) -> tuple[tuple[str, str, float], ...]:
+        """The scales as the simulator's what-if edits."""
+        return tuple((path, "*=", factor) for path, factor in sorted(self.scales.items()))
+
+    def describe(self) -> str:
+        scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(self.scales.items()))
+        return f"{self.group}: {' + '.join(c.name for c, *_ in self.records)} on prompt {self.prompt_id}: {scales}"
+
+
+def scales_from(records, head: str, profile_path, placement: str, graphs: bool) -> dict[str, float]:
+    """measured / predicted device time per cost, over the calibration generations."""
+    measured, predicted = {}, {}
+    for config, probes, lines, summary, trace in records:
+        row, _ = predict(profile_path, trace, lines, config, probes, placement, graphs)
+        for phase, ms in (summary.get("phases_ms") or {}).items():
+            measured[phase] = measured.get(phase, 0.0) + ms
+        for phase, ms in row["phase_ms"].items():
+            predicted[phase] = predicted.get(phase, 0.0) + ms
+    phases = {**PHASES_OF_COST, HEAD_COSTS[head]: ("draft_head",)}
+    scales = {}
+    for path, names in phases.items():
+        m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)
+        if m > 0 and p > 0:
+            scales[path] = m / p
+    return scales
+
+
+def group_name(config: Config) -> str:
+    """The decoder instance a configuration runs on: one per (K, head), and one for the baseline."""
+    return "baseline" if config.schedule == "baseline" else f"K{config.K}-{config.head}"
+
+
+def trace_name(group: str, config: Config) -> str:
+    """File stem of a calibration generation's trace and summary under the report's traces/."""
+    return f"calibration-{group}-{config.name}"
