@@ -24,6 +24,8 @@ REQUIRED_COSTS = {
     "draft": ("body_ms", "head_dense_ms", "head_flashhead_ms", "prefill_ms"),
     "host": ("item_ms", "copy_token_ms", "event_sync_ms", "round_bookkeeping_ms"),
 }
+# Costs a profile may carry (older ones do not): the host's time from a read's end to its next launch.
+OPTIONAL_COSTS = {"host": ("read_gap_ms",)}
 
 
 def finite(value, where: str) -> float:
@@ -94,6 +96,9 @@ def check_profile(raw, source: str) -> None:
                 if cost not in section:
                     raise UsageError(f"{source}: regimes.{name}.{group}.{cost}: missing cost")
                 cost_grid(section[cost], f"{source}: regimes.{name}.{group}.{cost}")
+            for cost in OPTIONAL_COSTS.get(group, ()):
+                if cost in section:
+                    cost_grid(section[cost], f"{source}: regimes.{name}.{group}.{cost}")
     default = setup.get("default_regime", next(iter(regimes)))
     if not isinstance(default, str) or default not in regimes:
         raise UsageError(f"{source}: setup.default_regime {default!r} is not among its regimes")

@@ -65,6 +65,16 @@ def check_trace_line(line, where: str = "trace") -> None:
         raise UsageError(f"{where}: emitted must be in 1..accepted+1, got {line['emitted']}")
     if "phases_ms" in line:
         _check_phases(line["phases_ms"], where)
+    _check_host_gaps(line, where)
+
+
+def _check_host_gaps(obj: dict, where: str) -> None:
+    """`host_gap_ms` (total host time from reads to the next launch) and `host_gaps` (how many) go
+    together, or are absent (null in a summary)."""
+    if obj.get("host_gap_ms") is None and obj.get("host_gaps") is None:
+        return
+    _typed(obj, "host_gap_ms", float, where)
+    _typed(obj, "host_gaps", int, where)
 
 
 def check_summary(summary, where: str = "summary") -> None:
@@ -82,6 +92,7 @@ def check_summary(summary, where: str = "summary") -> None:
         _typed(summary, "acceptance", float, where)
     if summary.get("phases_ms") is not None:
         _check_phases(summary["phases_ms"], where)
+    _check_host_gaps(summary, where)
     for entry in summary["per_prompt"]:
         if not isinstance(entry, dict):
             raise UsageError(f"{where}: per_prompt entries must be objects")

@@ -144,17 +144,19 @@ def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0) -> float | None:
 BOOKKEEPING_NEW_TOKENS = 48
 
 
-def round_bookkeeping(b: Bench, prompt) -> dict:
-    """Host time per round outside the device phases and the read, from a short real deferred run
-    (acceptance-controlled at 0.5, K = min(6, K_max)): the decoder's own per-round overhead."""
+def round_host_costs(b: Bench, prompt) -> tuple[dict, dict]:
+    """From a short real deferred run (acceptance-controlled at 0.5, K = min(6, K_max)), the decoder's
+    own host costs as its loop pays them: (per round, the host time outside the device phases and the
+    read; per read, the host's time from the read's end to its next launch)."""
     K, new_tokens = min(6, b.K_max), BOOKKEEPING_NEW_TOKENS
     ids = b.target.tokenizer.encode(prompt.text)[: min(b.prompt_lengths)]
     control = AcceptanceControl("a=0.5", b.draft.model.config.vocab_size, b.draft.model.max_seq_len, b.draft_device)
     decoder = Decoder(b.target.model, b.draft.model, DenseHead(b.draft.model.head_weight), K=K,
                       graphs=b.target_device.type == "cuda", control=control)
     control.bind(decoder.reference(ids, new_tokens), len(ids), prompt.id)
-    others = []
+    others, gaps = [], []
     for _ in range(3):  # the first run warms up
         generation = decoder.generate(ids, new_tokens, "deferred")
         others = [r.phases_ms["other"] for r in generation.rounds if r.phases_ms] or others
-    return summarize(others, others)
+        gaps = [r.host_gap_ms / r.host_gaps for r in generation.rounds if r.host_gaps] or gaps
+    return summarize(others, others), summarize(gaps or [0.0], gaps or [0.0])

@@ -20,7 +20,7 @@ from model.prompts import select_prompts
 from . import profile as profile_io
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import (BOOKKEEPING_NEW_TOKENS, Bench, copy_bandwidth_gbs, draft_costs, host_costs,
-                         round_bookkeeping, target_costs)
+                         round_host_costs, target_costs)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             graphs = regime == "on"
             costs["graphs" if graphs else "eager"] = {"target": target_costs(bench, graphs),
                                                       "draft": draft_costs(bench, graphs)}
-        host["round_bookkeeping_ms"] = round_bookkeeping(bench, prompts[0])
+        host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         bar.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)
         agreement = agreement_curve(pair.draft.model.head_weight, clustering, probes, states)
@@ -144,7 +144,8 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
              "without its head; draft.append_ms is the same operation as one body step.",
              f"FlashHead head backend: {backend}.",
              "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
-             "from a short real deferred run (Python bookkeeping, launch gaps, token copies).",
+             "from a short real deferred run (Python bookkeeping, launch gaps, token copies); host.read_gap_ms: "
+             "median host time from a read's end to the next launch in the same run (on the critical path).",
              "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
              f"Layer kernels: target {target_info['kernels']}, draft {draft_info['kernels']}. "
              + ("Fused attention reads cache slots up to the last position only, so costs follow the context."

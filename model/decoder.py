@@ -52,17 +52,20 @@ class PhaseClock:
     phase's device, read once when the generation ends (perf_counter on the CPU). `sync` is the
     host's time materializing the round's read once the device work it waits for has finished.
     `other` is the rest of the round's host wall time (copies, bookkeeping, launch gaps); it is 0
-    where device phases overlap (two GPUs), whose sum may then exceed the wall time.
+    where device phases overlap (two GPUs), whose sum may then exceed the wall time. The host gap
+    of a read is the host's time from the read's end to its next device phase: the Python work on
+    the critical path, which every device waits for; each round records the gaps of its reads.
     """
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.rounds: list[dict[str, list]] = []
         self.marks: list[float] = []
+        self.read_end: tuple[int, float] | None = None  # (round, perf_counter time) of the last read's end
 
     def reset(self, start: float) -> None:
         """A new generation whose decode phase started at perf_counter time `start`."""
-        self.rounds, self.marks = [], [start]
+        self.rounds, self.marks, self.read_end = [], [start], None
 
     def next_round(self) -> None:
         """Round boundaries: the first round's wall time runs from the decode start."""
@@ -75,6 +78,10 @@ class PhaseClock:
         if not self.enabled:
             yield
             return
+        if self.read_end is not None:  # the first launch after a read closes its host gap
+            index, end = self.read_end
+            self.rounds[index].setdefault("host_gap", []).append((time.perf_counter() - end) * 1e3)
+            self.read_end = None
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -96,11 +103,13 @@ class PhaseClock:
         t0 = time.perf_counter()
         values = packed.tolist()
         if self.enabled:
-            self.rounds[-1].setdefault("sync", []).append((time.perf_counter() - t0) * 1e3)
+            self.read_end = (len(self.rounds) - 1, time.perf_counter())
+            self.rounds[-1].setdefault("sync", []).append((self.read_end[1] - t0) * 1e3)
         return values
 
-    def results(self, end: float) -> list[dict[str, float]] | None:
-        """Per-round phase totals in ms, `end` closing the last round (perf_counter time)."""
+    def results(self, end: float) -> list[tuple[dict[str, float], float, int]] | None:
+        """Per round: (phase totals in ms, host gap total in ms, gap count); `end` closes the last
+        round (perf_counter time)."""
         if not self.enabled:
             return None
         walls = [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:] + [end])]
@@ -108,7 +117,8 @@ class PhaseClock:
         for wall, recorded in zip(walls, self.rounds):
             phases = {p: sum(_ms(x) for x in recorded.get(p, ())) for p in PHASES if p != "other"}
             phases["other"] = max(0.0, wall - sum(phases.values()))
-            out.append(phases)
+            gaps = recorded.get("host_gap", [])
+            out.append((phases, sum(gaps), len(gaps)))
         return out
 
 
@@ -330,8 +340,9 @@ class Decoder:
         rounds, emitted_before, remaining = [], 1, len(tokens) - 1
         for index, (acc, host) in enumerate(zip(accepted, run.rounds)):
             emitted = min(acc + 1, remaining)
+            timed, gap_ms, gaps = phases[index] if phases else (None, None, None)
             rounds.append(Round(host.proposed, acc, emitted, host.verify_skipped, run.prompt_len + emitted_before,
-                                host.lookahead_used, phases[index] if phases else None))
+                                host.lookahead_used, timed, gap_ms, gaps))
             emitted_before += acc + 1
             remaining -= emitted
         return Generation(tokens, rounds, ttft_ms, decode_ms, run.verify_calls, run.append_calls)

@@ -24,6 +24,8 @@ class Round:
     context: int
     lookahead_used: bool | None = None
     phases_ms: dict[str, float] | None = None
+    host_gap_ms: float | None = None  # host time from this round's reads to their next launches
+    host_gaps: int | None = None  # how many such gaps
 
 
 @dataclass
@@ -53,6 +55,8 @@ def trace_lines(gen: Generation, *, prompt_id: str, schedule: str, head: str, K:
                 "lookahead_used": r.lookahead_used}
         if r.phases_ms is not None:
             line["phases_ms"] = {p: round(r.phases_ms[p], 6) for p in PHASES}
+        if r.host_gaps is not None:
+            line["host_gap_ms"], line["host_gaps"] = round(r.host_gap_ms, 6), r.host_gaps
         lines.append(line)
     return lines
 
@@ -77,6 +81,8 @@ def summarize(config: dict, runs: list[tuple[str, Generation]]) -> dict:
         "verify_calls": sum(g.verify_calls for g in gens),
         "append_calls": sum(g.append_calls for g in gens),
         "phases_ms": {p: sum(r.phases_ms[p] for r in rounds) for p in PHASES} if timed else None,
+        "host_gap_ms": sum(r.host_gap_ms for r in rounds) if timed else None,
+        "host_gaps": sum(r.host_gaps for r in rounds) if timed else None,
         "per_prompt": [{"prompt_id": str(pid), "ttft_ms": g.ttft_ms, "decode_tokens": g.decode_tokens,
                         "decode_ms": g.decode_ms, "rounds": len(g.rounds)} for pid, g in runs],
     }

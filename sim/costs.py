@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass
 
 from contracts import UsageError
-from contracts.profile import REQUIRED_COSTS, cost_grid
+from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, cost_grid
 
 
 def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
@@ -96,6 +96,10 @@ class Costs:
                 flat = {"n_tokens": fixed_width} if (group, name) == ("target", "forward_ms") and fixed_width else None
                 parsed[f"{group}.{name}"] = Cost.parse(regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}",
                                                        flat)
+        for group, names in OPTIONAL_COSTS.items():
+            for name in names:
+                if name in regime[group]:
+                    parsed[f"{group}.{name}"] = Cost.parse(regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}")
         self.named = parsed
         self.verify = parsed["target.forward_ms"]
         self.target_prefill = parsed["target.prefill_ms"]
@@ -107,6 +111,7 @@ class Costs:
         self.copy_token = parsed["host.copy_token_ms"]
         self.event_sync = parsed["host.event_sync_ms"]
         self.bookkeeping = parsed["host.round_bookkeeping_ms"]
+        self.read_gap = parsed.get("host.read_gap_ms")  # None in profiles measured before it was
 
     def extrapolations(self) -> list[str]:
         """Warnings for every cost asked outside its measured grid so far."""

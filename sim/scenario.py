@@ -167,6 +167,9 @@ def resolve(s: Scenario) -> Resolved:
         notes.append("profile derived from the study's published tables (see its notes)")
     if "synthetic" in profile.label():
         notes.append("profile measured with SYNTHETIC weights (real shapes, random values)")
+    if profile.costs[regime].read_gap is None:
+        notes.append("host gap after each read: not measured in this profile; taken as round_bookkeeping_ms less "
+                     "the token copies it contains")
     source = parse_acceptance(s.acceptance)
     probes = s.probes or profile.default_probes
     if probes > profile.clusters:

@@ -81,7 +81,7 @@ class SimulatedRun:
         self.item_ms = c.item.device_ms()
         self.copy_ms = c.copy_token.device_ms() if self.two_devices else 0.0
         self.cross_wait_ms = c.event_sync.device_ms() if self.two_devices else 0.0
-        self.bookkeeping_ms = c.bookkeeping.device_ms()
+        self.read_gap_ms = read_gap_ms(c, self.two_devices)
         self.memo = {}
 
     @property
@@ -125,11 +125,15 @@ class SimulatedRun:
             self.memo[key] = compute()
         return self.memo[key]
 
-    def read(self):
+    def read(self, final: bool = False):
         """`Decoder.read` (and resolve's and the final read): a host read of target-device values. It
-        waits for everything queued on the target stream, which waits for every copy made to it."""
+        waits for everything queued on the target stream, which waits for every copy made to it. The
+        host's Python work after a read (the read gap) is on the critical path: no launch comes
+        before it ends. After the final read the generation is over."""
         self.log("sync", "target")
         yield from self.sync(*self.target.queued())
+        if not final:
+            yield from self.host_work(self.read_gap_ms)
 
     def copy_tokens(self, source: str, tokens: int):
         """`Decoder.to_target` (source "draft") or `to_draft` (source "target"), on two devices only
@@ -198,6 +202,16 @@ class SimulatedRun:
         })
 
 
+def read_gap_ms(costs: Costs, two_devices: bool) -> float:
+    """The host's time from a read's end to its next launch: measured (host.read_gap_ms), or, in a
+    profile measured before that cost was, the per-round host time of a deferred round less what the
+    simulator charges apart from it (its two token copies and their cross-device waits on two GPUs)."""
+    if costs.read_gap is not None:
+        return costs.read_gap.device_ms()
+    copies = 2 * (costs.copy_token.device_ms() + costs.event_sync.device_ms()) if two_devices else 0.0
+    return max(0.0, costs.bookkeeping.device_ms() - copies)
+
+
 # --- schedules: one generator per schedule, each decoding one generation after its first token --
 # Each follows its namesake in model/schedules.py operation for operation (docs/contracts.md,
 # "Schedule event order"); tests/test_schedule_parity.py compares the two event logs.
@@ -210,7 +224,7 @@ def baseline(m: SimulatedRun, g: Generation, block):
         yield from m.target_forward("append", 1, context + i - 1, phase="verify")
         m.record(g, i, 0, 0, 1, False, context + i)  # the trace's context: the first token included
     if g.decode_tokens:
-        yield from m.read()  # the final read of the tokens
+        yield from m.read(final=True)  # the final read of the tokens
 
 
 def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
@@ -235,7 +249,6 @@ def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
         else:  # finalize: append(1), then f to the draft
             yield from m.target_forward("append", 1, context + accepted)
             yield from m.copy_tokens("target", 3)
-        yield from m.host_work(m.bookkeeping_ms)
         n += accepted + 1
         least, most = least + 1, most + (1 if skipped else K + 1)  # Run.issued
         if least < max_new <= most:  # Decoder.resolve: the host cannot tell whether it is over
@@ -246,7 +259,7 @@ def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
         index += 1
         pos, context, remaining = pos + accepted + 1, context + accepted + 1, remaining - emitted
     if index:
-        yield from m.read()  # the final read of the tokens
+        yield from m.read(final=True)  # the final read of the tokens
 
 
 def ordinary(m, g, block):
@@ -279,14 +292,13 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         if not used:  # f goes to the draft, which drafts from it (its cache cropped there)
             yield from m.copy_tokens("target", 3)
         ready = bool(used)
-        yield from m.host_work(m.bookkeeping_ms)
         emitted = min(accepted + 1, remaining)
         m.record(g, index, K, accepted, emitted, False, context, used)
         index += 1
         pos, context, remaining = pos + accepted + 1, context + accepted + 1, remaining - emitted
     if index:
         yield from m.target_forward("append", 1, context - 1)  # the one standalone append
-        yield from m.read()  # the final read of the tokens
+        yield from m.read(final=True)  # the final read of the tokens
 
 
 def deferred(m, g, block):

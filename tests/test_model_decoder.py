@@ -216,3 +216,21 @@ def test_gpu_placement_without_gpu_is_a_usage_error():
             resolve_placement(placement)
     assert resolve_placement("cpu") == ("cpu", torch.device("cpu"), torch.device("cpu"))
     assert resolve_placement(None)[0] == "cpu"
+
+
+def test_host_gaps_after_reads_are_recorded(models):
+    """Deferred reads once a round and each read is followed by a launch (the next round's, or the
+    generation's one append), so every round records exactly one host gap; the final read of the
+    tokens has none. The trace and summary carry them."""
+    dec = _decoder(models, K=3)
+    g = dec.generate(PROMPTS["short"], MAX_NEW, "deferred")
+    assert [r.host_gaps for r in g.rounds] == [1] * len(g.rounds)
+    assert all(r.host_gap_ms >= 0 for r in g.rounds) and sum(r.host_gap_ms for r in g.rounds) > 0
+    line = trace_lines(g, prompt_id="p", schedule="deferred", head="dense", K=3)[0]
+    check_trace_line(line)
+    assert line["host_gaps"] == 1 and line["host_gap_ms"] > 0
+    summary = summarize({"target": "t", "draft": "d", "weights": "synthetic", "head": "dense", "probes": None,
+                         "schedule": "deferred", "K": 3, "placement": "cpu", "graphs": False, "max_new_tokens": MAX_NEW,
+                         "prompts": ["p"]}, [("p", g)])
+    check_summary(summary)
+    assert summary["host_gaps"] == len(g.rounds)

@@ -166,3 +166,26 @@ def test_phase_times_add_up_on_one_device(tmp_path, schedule):
     assert row["phase_ms"]["initial"] == 5.0  # the draft prefill, run before decoding starts
     device_and_host = sum(row["phase_ms"].values()) - row["phase_ms"]["initial"]
     assert device_and_host + idle_at_start == pytest.approx(row["decode_ms"])
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_the_host_gap_after_each_read_is_on_the_critical_path(schedule):
+    """On one device nothing overlaps the host's Python after a read: a 1 ms read gap adds exactly
+    1 ms per read that is not a generation's last (one per round in deferred, the skip-test read
+    and any end-of-generation read in ordinary)."""
+    from sim.acceptance import TraceReplay
+
+    lines = trace_lines([1, 2, 0, 2], K=2)
+    source = TraceReplay({"p0": lines}, "dense", None)
+
+    def run(gap):
+        raw = tiny_profile("one-gpu")
+        raw["regimes"]["eager"]["host"]["read_gap_ms"] = {"median_ms": gap, "p10_ms": gap, "p90_ms": gap, "n": 1}
+        costs = Profile(raw, "test").costs["eager"]
+        result = simulate(costs, Config(schedule, "dense", 2, 4, "one-gpu"), source, source.generations, events=True,
+                          ceiling=False)
+        reads = sum(1 for name, *_ in result["events"] if name == "sync")
+        return result["decode_ms"], reads
+
+    (without, reads), (with_gap, _) = run(0.0), run(1.0)
+    assert with_gap - without == pytest.approx(reads - 1)  # every read but the final one

@@ -28,13 +28,17 @@ class Calibration:
     prompt_id: str
     records: list  # (Config, probes, trace lines, run summary, trace path) per calibration schedule
     scales: dict[str, float]  # profile cost path -> measured / predicted
+    read_gap_ms: float | None = None  # the host's mean time from a read to its next launch, as measured
 
     def edits(self) -> tuple[tuple[str, str, float], ...]:
-        """The scales as the simulator's what-if edits."""
-        return tuple((path, "*=", factor) for path, factor in sorted(self.scales.items()))
+        """The scales (and the measured read gap) as the simulator's what-if edits."""
+        edits = tuple((path, "*=", factor) for path, factor in sorted(self.scales.items()))
+        return edits + ((("host.read_gap_ms", "=", self.read_gap_ms),) if self.read_gap_ms is not None else ())
 
     def describe(self) -> str:
         scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(self.scales.items()))
+        if self.read_gap_ms is not None:
+            scales += f", host.read_gap_ms = {self.read_gap_ms:.4f}"
         return f"{self.group}: {' + '.join(c.name for c, *_ in self.records)} on prompt {self.prompt_id}: {scales}"
 
 
@@ -54,6 +58,13 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
         if m > 0 and p > 0:
             scales[path] = m / p
     return scales
+
+
+def read_gap_from(records) -> float | None:
+    """The mean host gap after a read over the calibration generations (None where not recorded)."""
+    total = sum(summary.get("host_gap_ms") or 0.0 for *_, summary, _ in records)
+    count = sum(summary.get("host_gaps") or 0 for *_, summary, _ in records)
+    return total / count if count else None
 
 
 def group_name(config: Config) -> str:

@@ -20,6 +20,7 @@ from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.pair import resolve_placement
 from model.prompts import select_prompts
+from sim.profile import load_profile
 
 from . import report
 from .closed_form import closed_form
@@ -27,7 +28,7 @@ from .plan import (Config, check_acceptance, check_out, check_profile, choose_pr
                    report_folder)
 from .predict import phase_rows, predict
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
-from .calibration import Calibration, group_name, scales_from, trace_name
+from .calibration import Calibration, group_name, read_gap_from, scales_from, trace_name
 from .runs import (Workload, control_for, decode, free_memory, load_pair, progress, records, references,
                    run_config_dict)
 
@@ -167,8 +168,15 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
         head = drafted[0][0].head if drafted else "dense"
         scales = scales_from(group_records, head, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
-        calibrations[group] = Calibration(group, prompt, group_records, scales)
+        gap = read_gap_from(group_records) if profile_has_read_gap(profile_path, graphs) else None
+        calibrations[group] = Calibration(group, prompt, group_records, scales, gap)
     return calibrations
+
+
+def profile_has_read_gap(profile_path, graphs: bool) -> bool:
+    """Whether the profile carries host.read_gap_ms (a calibration can only set a cost it has)."""
+    profile = load_profile(str(profile_path))
+    return profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]].read_gap is not None
 
 
 def _predict_all(recorded, calibrations: dict, profile_path, profile, placement: str, graphs: bool, folder: Path):
