@@ -56,6 +56,18 @@ def staged(out: str | Path, merge: bool = False) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def read_json(path: str | Path, what: str):
+    """A UTF-8 JSON file's value; unreadable, undecodable or malformed files are bad input."""
+    import json
+
+    from contracts.cli import UsageError
+
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
 def read_text(path: str | Path, what: str) -> str:
     """A UTF-8 text file's contents; unreadable or undecodable files are bad input."""
     from contracts.cli import UsageError

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from contracts.cli import UsageError
-from contracts.files import read_text, write_atomic
+from contracts.files import read_json, write_atomic
 from contracts.names import PLACEMENTS, REGIMES
 
 PROFILE_SCHEMA = "specloop.profile/1"
@@ -131,11 +131,7 @@ def _check_flashhead(flashhead, source: str) -> None:
 
 def read_profile(path: str | Path) -> dict:
     """A profile file, parsed and checked."""
-    path = Path(path)
-    try:
-        raw = json.loads(read_text(path, "profile"))
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    raw = read_json(path, "profile")
     check_profile(raw, str(path))
     return raw
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from contracts.cli import UsageError
-from contracts.files import read_text, write_atomic
+from contracts.files import read_json, read_text, write_atomic
 from contracts.names import PHASES
 
 TRACE_SCHEMA = "specloop.trace/1"
@@ -45,14 +45,19 @@ def _check_phases(phases, where: str) -> None:
         _typed(phases, phase, float, f"{where} phases_ms")
 
 
+def _check_object(obj, kind: str, readable: tuple[str, ...], fields: dict, where: str) -> None:
+    """A JSON object of one of the `readable` schemas whose `fields` have their types."""
+    if not isinstance(obj, dict):
+        raise UsageError(f"{where}: expected a JSON object")
+    if obj.get("schema") not in readable:
+        raise UsageError(f"{where}: unknown {kind} schema {obj.get('schema')!r} (expected {readable[0]!r})")
+    for name, wanted in fields.items():
+        _typed(obj, name, wanted, where)
+
+
 def check_trace_line(line, where: str = "trace") -> None:
     """Raise UsageError unless `line` is a valid trace line."""
-    if not isinstance(line, dict):
-        raise UsageError(f"{where}: expected a JSON object")
-    if line.get("schema") not in READABLE_TRACE_SCHEMAS:
-        raise UsageError(f"{where}: unknown trace schema {line.get('schema')!r} (expected {TRACE_SCHEMA!r})")
-    for name, kind in _TRACE_FIELDS.items():
-        _typed(line, name, kind, where)
+    _check_object(line, "trace", READABLE_TRACE_SCHEMAS, _TRACE_FIELDS, where)
     if line.get("lookahead_used") not in (None, True, False):
         raise UsageError(f"{where}: lookahead_used must be true, false or null")
     probes = line.get("probes")
@@ -79,12 +84,7 @@ def _check_host_gaps(obj: dict, where: str) -> None:
 
 def check_summary(summary, where: str = "summary") -> None:
     """Raise UsageError unless `summary` is a valid run summary."""
-    if not isinstance(summary, dict):
-        raise UsageError(f"{where}: expected a JSON object")
-    if summary.get("schema") not in READABLE_SUMMARY_SCHEMAS:
-        raise UsageError(f"{where}: unknown summary schema {summary.get('schema')!r} (expected {SUMMARY_SCHEMA!r})")
-    for name, kind in _SUMMARY_FIELDS.items():
-        _typed(summary, name, kind, where)
+    _check_object(summary, "summary", READABLE_SUMMARY_SCHEMAS, _SUMMARY_FIELDS, where)
     missing = [k for k in _CONFIG_FIELDS if k not in summary["config"]]
     if missing:
         raise UsageError(f"{where}: config lacks {missing}")
@@ -121,11 +121,7 @@ def read_trace(path: str | Path) -> list[dict]:
 
 def read_summary(path: str | Path) -> dict:
     """A run summary file, parsed and checked."""
-    path = Path(path)
-    try:
-        summary = json.loads(read_text(path, "run summary"))
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not valid JSON ({e.msg})") from None
+    summary = read_json(path, "run summary")
     check_summary(summary, str(path))
     return summary
 
