@@ -4,6 +4,8 @@ Torch-free and dependency-free (standard library only), so the simulator can imp
 - `names`: schedules, heads, phases, placements and cost regimes;
 - `profile`, `trace`, `summary`: the three file formats, each with one reader and one checker
   (`docs/contracts.md` describes their fields);
+- `timeline`: one generation's streams as a Chrome/Perfetto trace, written by the simulator and the
+  decoder alike, with its reader and checker;
 - `files`: atomic writing of files and folders;
 - `cli`: the one-line-error argument parser and `UsageError`, the one exception for bad input.
 """

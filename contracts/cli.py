@@ -52,12 +52,16 @@ def require_modules(command: str, modules: tuple[str, ...], install: str) -> Non
 
 def parse_choices(text: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
     """Names joined by ',' or '+' (or `all`), each one of `valid`; repeats dropped, order kept."""
-    chosen = valid if text.strip() == "all" else tuple(
-        dict.fromkeys(v.strip() for v in text.replace("+", ",").split(",") if v.strip()))
+    chosen = (
+        valid
+        if text.strip() == "all"
+        else tuple(dict.fromkeys(v.strip() for v in text.replace("+", ",").split(",") if v.strip()))
+    )
     bad = [v for v in chosen if v not in valid]
     if bad or not chosen:
-        raise UsageError(f"unknown {what} {', '.join(repr(b) for b in bad) or repr(text)}; valid: {', '.join(valid)}, "
-                         "or all")
+        raise UsageError(
+            f"unknown {what} {', '.join(repr(b) for b in bad) or repr(text)}; valid: {', '.join(valid)}, or all"
+        )
     return chosen
 
 

@@ -54,7 +54,10 @@ def cost_grid(raw, where: str) -> tuple[tuple[str, ...], dict[tuple[float, ...],
         if "median_ms" not in point:
             raise UsageError(f"{here}: missing median_ms")
         key = tuple(finite(point[a], f"{here}.{a}") for a in axes)
-        grid[key] = (finite(point["median_ms"], f"{here}.median_ms"), finite(point.get("host_ms", 0.0), f"{here}.host_ms"))
+        grid[key] = (
+            finite(point["median_ms"], f"{here}.median_ms"),
+            finite(point.get("host_ms", 0.0), f"{here}.host_ms"),
+        )
     sizes = [len({k[d] for k in grid}) for d in range(len(axes))]
     if len(grid) != math.prod(sizes) or len(grid) != len(points):
         raise UsageError(f"{where}: table points must form a full grid over {list(axes)}, each point once")
@@ -122,8 +125,13 @@ def _check_flashhead(flashhead, source: str) -> None:
     probes, r = (agreement.get("probes"), agreement.get("r")) if isinstance(agreement, dict) else (None, None)
     if not isinstance(probes, list) or not isinstance(r, list):
         raise UsageError(f"{source}: flashhead.agreement needs lists 'probes' and 'r'")
-    if (len(probes) != len(r) or not probes or any(isinstance(p, bool) or not isinstance(p, int) for p in probes)
-            or probes != sorted(set(probes)) or probes[0] < 1):
+    if (
+        len(probes) != len(r)
+        or not probes
+        or any(isinstance(p, bool) or not isinstance(p, int) for p in probes)
+        or probes != sorted(set(probes))
+        or probes[0] < 1
+    ):
         raise UsageError(f"{source}: flashhead.agreement probes must be increasing positive integers matching r")
     if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1 for x in r):
         raise UsageError(f"{source}: flashhead.agreement r values must be numbers in [0, 1]")

@@ -15,13 +15,42 @@ SUMMARY_SCHEMA = "specloop.summary/1"
 READABLE_TRACE_SCHEMAS = (TRACE_SCHEMA, "flashspec.trace/1")  # the tool's earlier name
 READABLE_SUMMARY_SCHEMAS = (SUMMARY_SCHEMA, "flashspec.summary/1")
 
-_TRACE_FIELDS = {"prompt_id": str, "round": int, "schedule": str, "head": str, "K": int, "proposed": int,
-                 "accepted": int, "emitted": int, "verify_skipped": bool, "context": int}
-_SUMMARY_FIELDS = {"config": dict, "ttft_ms": float, "decode_tokens": int, "decode_ms": float,
-                   "decode_tok_s": float, "mean_emitted": float, "verify_calls": int, "append_calls": int,
-                   "per_prompt": list}
-_CONFIG_FIELDS = ("target", "draft", "weights", "head", "probes", "schedule", "K", "placement", "graphs",
-                  "max_new_tokens", "prompts")
+_TRACE_FIELDS = {
+    "prompt_id": str,
+    "round": int,
+    "schedule": str,
+    "head": str,
+    "K": int,
+    "proposed": int,
+    "accepted": int,
+    "emitted": int,
+    "verify_skipped": bool,
+    "context": int,
+}
+_SUMMARY_FIELDS = {
+    "config": dict,
+    "ttft_ms": float,
+    "decode_tokens": int,
+    "decode_ms": float,
+    "decode_tok_s": float,
+    "mean_emitted": float,
+    "verify_calls": int,
+    "append_calls": int,
+    "per_prompt": list,
+}
+_CONFIG_FIELDS = (
+    "target",
+    "draft",
+    "weights",
+    "head",
+    "probes",
+    "schedule",
+    "K",
+    "placement",
+    "graphs",
+    "max_new_tokens",
+    "prompts",
+)
 _PER_PROMPT_FIELDS = {"prompt_id": str, "ttft_ms": float, "decode_tokens": int, "decode_ms": float, "rounds": int}
 
 
@@ -64,8 +93,9 @@ def check_trace_line(line, where: str = "trace") -> None:
     if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
         raise UsageError(f"{where}: probes must be a positive integer or null, got {probes!r}")
     if not line["accepted"] <= line["proposed"] <= line["K"]:
-        raise UsageError(f"{where}: need accepted <= proposed <= K, got {line['accepted']}, {line['proposed']}, "
-                         f"{line['K']}")
+        raise UsageError(
+            f"{where}: need accepted <= proposed <= K, got {line['accepted']}, {line['proposed']}, {line['K']}"
+        )
     if not 1 <= line["emitted"] <= line["accepted"] + 1:
         raise UsageError(f"{where}: emitted must be in 1..accepted+1, got {line['emitted']}")
     if "phases_ms" in line:

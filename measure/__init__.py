@@ -12,6 +12,5 @@ from contracts.cli import api_attribute
 _API = {"MeasureSettings": "measure.profiling", "measure_profile": "measure.profiling"}
 
 
-
 def __getattr__(name):
     return api_attribute(_API, __name__, name)

@@ -23,13 +23,17 @@ DEFAULTS = MeasureSettings()
 def _parser(overrides_only: bool) -> OneLineParser:
     """The options; with `overrides_only` (validate's --measure-args) nothing has a default and --out is
     not taken, so only the options given replace validate's settings."""
-    p = OneLineParser(prog="python -m measure", description=__doc__,
-                      argument_default=argparse.SUPPRESS if overrides_only else None)
+    p = OneLineParser(
+        prog="python -m measure", description=__doc__, argument_default=argparse.SUPPRESS if overrides_only else None
+    )
     add = p.add_argument
     add("--target", help=f"target preset or checkpoint folder (default {DEFAULTS.target})")
     add("--draft", help=f"draft preset or checkpoint folder (default {DEFAULTS.draft})")
-    add("--placement", choices=PLACEMENTS,
-        help="where the models run (default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)")
+    add(
+        "--placement",
+        choices=PLACEMENTS,
+        help="where the models run (default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+    )
     add("--dtype", help="activation/weight dtype (default bf16 on GPU, float32 on CPU)")
     add("--contexts", help="context lengths for forward and body costs (default 256,1024)")
     add("--prompt-lengths", help="prompt lengths for prefill costs (default 128,512)")

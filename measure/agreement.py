@@ -1,5 +1,6 @@
 """FlashHead agreement r(p): how often its argmax equals the dense head's, on the draft's own hidden
 states for Spec-Bench prompts (the states a proposal step sees)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -39,5 +40,9 @@ def agreement_curve(weight: torch.Tensor, clustering: Clustering, probes: list[i
             per_category[category].append(agree / h.shape[0])
             same += agree
         r.append(same / total)
-    return {"probes": list(probes), "r": r, "n": total,
-            "per_category": {c: {"r": v, "n": states[c].shape[0]} for c, v in per_category.items()}}
+    return {
+        "probes": list(probes),
+        "r": r,
+        "n": total,
+        "per_category": {c: {"r": v, "n": states[c].shape[0]} for c, v in per_category.items()},
+    }

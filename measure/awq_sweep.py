@@ -29,6 +29,7 @@ input and output features, floor_ms, int4pack_ms, default, configs, best). A con
 w4a16_matmul's keyword arguments splits, num_warps, num_stages (records made before `splits` was
 renamed call it split_k). Needs a CUDA GPU and triton. docs/benchmarks.md describes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,15 +73,22 @@ CALLS_PER_GRAPH = 10
 def gemm_bytes(in_features: int, out_features: int, group: int = GROUP, rows: int = ROWS) -> int:
     """Bytes one GEMM must read or write once: int4 codes, fp16 scales, int4 zero points, x and y (bf16)."""
     groups = in_features // group
-    return (in_features * out_features // 2 + groups * out_features * 2 + groups * out_features // 2
-            + rows * (in_features + out_features) * 2)
+    return (
+        in_features * out_features // 2
+        + groups * out_features * 2
+        + groups * out_features // 2
+        + rows * (in_features + out_features) * 2
+    )
 
 
 def split_choices(in_features: int, out_features: int, block_n: int) -> list[int]:
     """The split-K factors swept at `block_n`: they divide the 128-row steps and launch PROGRAMS programs."""
     steps = in_features // awq_triton.STEP_IN
-    return [splits for splits in SPLIT_CHOICES
-            if steps % splits == 0 and PROGRAMS[0] <= (out_features // block_n) * splits <= PROGRAMS[1]]
+    return [
+        splits
+        for splits in SPLIT_CHOICES
+        if steps % splits == 0 and PROGRAMS[0] <= (out_features // block_n) * splits <= PROGRAMS[1]
+    ]
 
 
 class Sweep:
@@ -105,6 +113,7 @@ class Sweep:
 
             def fn(inputs):
                 return awq_triton.w4a16_matmul(inputs, planes, tickets=tickets, **config)
+
             got = fn(x).float()
             torch.cuda.synchronize(self.device)
             error = ((got - want).abs().max() / want.abs().max()).item()
@@ -124,8 +133,9 @@ def sweep_shape(sweep: Sweep, name: str, in_features: int, out_features: int, ba
     device = sweep.device
     layer = AWQLinear(in_features, out_features, GROUP).to(device)
     layer.randomize_(torch.Generator(device=device).manual_seed(0))
-    x = torch.randn(ROWS, in_features, generator=torch.Generator(device=device).manual_seed(1), device=device,
-                    dtype=DTYPE)
+    x = torch.randn(
+        ROWS, in_features, generator=torch.Generator(device=device).manual_seed(1), device=device, dtype=DTYPE
+    )
     want = F.linear(x.float(), layer.dequantize())
     shape_floor = floor_ms(gemm_bytes(in_features, out_features), bandwidth_gbs)
     print(f"== {name}: {in_features} x {out_features}, floor {shape_floor * 1e3:.1f} us", flush=True)
@@ -159,43 +169,68 @@ def sweep_shape(sweep: Sweep, name: str, in_features: int, out_features: int, ba
         _, _, block_n, config = min(results, key=lambda result: result[0])
         run(block_n, {**config, "num_warps": 8})
 
-    summary = {"K": in_features, "N": out_features, "floor_ms": shape_floor,  # K x N: input x output features
-               "int4pack_ms": int4pack_ms,
-               "default": {"config": {"block_n": awq_triton.BLOCK_N, **default},
-                           "ms": default_result[0] if default_result else None},
-               "configs": [{"ms": ms, "max_rel_err": error, "config": {"block_n": block_n, **config}}
-                           for ms, error, block_n, config in results]}
+    summary = {
+        "K": in_features,
+        "N": out_features,
+        "floor_ms": shape_floor,  # K x N: input x output features
+        "int4pack_ms": int4pack_ms,
+        "default": {
+            "config": {"block_n": awq_triton.BLOCK_N, **default},
+            "ms": default_result[0] if default_result else None,
+        },
+        "configs": [
+            {"ms": ms, "max_rel_err": error, "config": {"block_n": block_n, **config}}
+            for ms, error, block_n, config in results
+        ],
+    }
     if results:
         ms, error, block_n, config = min(results, key=lambda result: result[0])
         summary["best"] = {"config": {"block_n": block_n, **config}, "ms": ms, "max_rel_err": error}
-        print(f"  best {ms * 1e3:.1f} us ({ms / shape_floor:.2f}x floor, "
-              f"{gemm_bytes(in_features, out_features) / ms / 1e6:.0f} GB/s, int4pack {int4pack_ms / ms:.2f}x slower), "
-              f"max rel err {error:.1e}: {json.dumps(summary['best']['config'])}", flush=True)
+        print(
+            f"  best {ms * 1e3:.1f} us ({ms / shape_floor:.2f}x floor, "
+            f"{gemm_bytes(in_features, out_features) / ms / 1e6:.0f} GB/s, int4pack {int4pack_ms / ms:.2f}x slower), "
+            f"max rel err {error:.1e}: {json.dumps(summary['best']['config'])}",
+            flush=True,
+        )
     return summary
 
 
 def step_estimate(shapes: dict[str, dict]) -> dict[str, float | None]:
     """A 32B step's GEMM time, LAYERS x the four shapes: floor, int4pack, our default and our best
     configuration (None where a shape lacks it)."""
+
     def step(key):
         values = [shape[key]["ms"] if isinstance(shape.get(key), dict) else shape.get(key) for shape in shapes.values()]
         return None if any(value is None for value in values) else LAYERS * sum(values)
 
-    return {"floor_ms": step("floor_ms"), "int4pack_ms": step("int4pack_ms"), "default_ms": step("default"),
-            "best_ms": step("best")}
+    return {
+        "floor_ms": step("floor_ms"),
+        "int4pack_ms": step("int4pack_ms"),
+        "default_ms": step("default"),
+        "best_ms": step("best"),
+    }
 
 
 def format_estimate(estimate: dict[str, float | None]) -> str:
     return f"step estimate, {LAYERS} layers x 4 GEMMs: " + ", ".join(
         f"{key} {value:.3f}" + (f" ({value / estimate['floor_ms']:.2f}x floor)" if key != "floor_ms" else "")
-        for key, value in estimate.items() if value is not None)
+        for key, value in estimate.items()
+        if value is not None
+    )
 
 
 def best_per_shape(shapes: dict[str, dict]) -> dict[str, dict]:
-    return {name: {"ms": shape["best"]["ms"], "x_floor": shape["best"]["ms"] / shape["floor_ms"],
-                   "int4pack_ms": shape["int4pack_ms"], "max_rel_err": shape["best"]["max_rel_err"],
-                   "config": shape["best"]["config"]}
-            for name, shape in shapes.items() if "best" in shape}
+    return {
+        name: {
+            "ms": shape["best"]["ms"],
+            "x_floor": shape["best"]["ms"] / shape["floor_ms"],
+            "int4pack_ms": shape["int4pack_ms"],
+            "max_rel_err": shape["best"]["max_rel_err"],
+            "config": shape["best"]["config"],
+        }
+        for name, shape in shapes.items()
+        if "best" in shape
+    }
 
 
 def sweep_all(device: torch.device, reps: int, budget_s: float) -> dict:
@@ -210,8 +245,15 @@ def sweep_all(device: torch.device, reps: int, budget_s: float) -> dict:
         release_gpu_memory()  # the layer's buffers, once the shape's closures are gone
     estimate = step_estimate(shapes)
     print(format_estimate(estimate), flush=True)
-    summary = {"device": environment["gpu"], "bandwidth_gbs": bandwidth_gbs, "rows": ROWS, "group": GROUP,
-               "sweep_s": time.monotonic() - started, "step_estimate": estimate, "best": best_per_shape(shapes)}
+    summary = {
+        "device": environment["gpu"],
+        "bandwidth_gbs": bandwidth_gbs,
+        "rows": ROWS,
+        "group": GROUP,
+        "sweep_s": time.monotonic() - started,
+        "step_estimate": estimate,
+        "best": best_per_shape(shapes),
+    }
     print(json.dumps(summary), flush=True)
     return {"env": environment, "summary": summary, "shapes": shapes}
 
@@ -221,8 +263,12 @@ def parser() -> OneLineParser:
     p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
     p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
     p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per configuration (default 20)")
-    p.add_argument("--budget-s", type=float, default=170.0,
-                   help="stop starting new configurations after this many seconds (default 170)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=170.0,
+        help="stop starting new configurations after this many seconds (default 170)",
+    )
     return p
 
 

@@ -3,6 +3,7 @@
 Target and draft forwards run through `GraphedCall` exactly as the decoder runs them (a CUDA graph
 per shape with graphs on, eager with graphs off), on static caches, with device-side positions.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -73,8 +74,12 @@ def _prefill(b: Bench, loaded: Loaded, device: torch.device) -> list[dict]:
     points = []
     for length in b.prompt_lengths:
         inputs = [(t, _positions(0, length, device)) for t in b.tokens(length, device, model.config.vocab_size, 2)]
-        points.append({"prompt_len": length,
-                       **b.time(lambda t, p: head.argmax(model.forward_hidden(t, p)[0, -1:]), inputs, device)})
+        points.append(
+            {
+                "prompt_len": length,
+                **b.time(lambda t, p: head.argmax(model.forward_hidden(t, p)[0, -1:]), inputs, device),
+            }
+        )
         b.tick(f"{loaded.info['name']} prefill {length}")
     return points
 
@@ -92,8 +97,10 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
             inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
             body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")
-    states = [(torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
-              for i in range(4)]
+    states = [
+        (torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
+        for i in range(4)
+    ]
     dense = DenseHead(model.head_weight)
     dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device)
     b.tick("draft dense head")
@@ -105,10 +112,16 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     cursor = torch.zeros(3, dtype=torch.long, device=device)
     moves = [(torch.full((3,), i, dtype=torch.long, device=device),) for i in range(4)]
     crop = b.time(cursor.copy_, moves, device)
-    return {"body_ms": {"points": body_points}, "head_dense_ms": dense_ms,
-            "head_flashhead_ms": {"points": flash},
-            "append_ms": {k: v for k, v in body_points[0].items() if k not in ("n_tokens", "context")},  # one 1-token body step
-            "prefill_ms": {"points": _prefill(b, b.draft, device)}, "kv_crop_ms": crop}
+    return {
+        "body_ms": {"points": body_points},
+        "head_dense_ms": dense_ms,
+        "head_flashhead_ms": {"points": flash},
+        "append_ms": {
+            k: v for k, v in body_points[0].items() if k not in ("n_tokens", "context")
+        },  # one 1-token body step
+        "prefill_ms": {"points": _prefill(b, b.draft, device)},
+        "kv_crop_ms": crop,
+    }
 
 
 def host_costs(b: Bench) -> dict:
@@ -151,8 +164,14 @@ def round_host_costs(b: Bench, prompt) -> tuple[dict, dict]:
     K, new_tokens = min(6, b.K_max), BOOKKEEPING_NEW_TOKENS
     ids = b.target.tokenizer.encode(prompt.text)[: min(b.prompt_lengths)]
     control = AcceptanceControl("a=0.5", b.draft.model.config.vocab_size, b.draft.model.max_seq_len, b.draft_device)
-    decoder = Decoder(b.target.model, b.draft.model, DenseHead(b.draft.model.head_weight), K=K,
-                      graphs=b.target_device.type == "cuda", control=control)
+    decoder = Decoder(
+        b.target.model,
+        b.draft.model,
+        DenseHead(b.draft.model.head_weight),
+        K=K,
+        graphs=b.target_device.type == "cuda",
+        control=control,
+    )
     control.bind(decoder.reference(ids, new_tokens), len(ids), prompt.id)
     others, gaps = [], []
     for _ in range(3):  # the first run warms up

@@ -32,6 +32,7 @@ launch shapes kept), `profile` (head, kernel, us_per_call, count), `all_clusters
 `triton_equal_torch_backend` (the share of states that agree). Needs a CUDA GPU and triton.
 docs/benchmarks.md describes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,10 +81,18 @@ def every_combination(**axes: list) -> list[dict]:
 
 # (sweep name in the output, the flashhead_triton setting swept, its shapes, what is timed)
 SWEEPS = (
-    ("centroids", "CENTROID_LAUNCH",
-     every_combination(BLOCK_C=[4, 8, 16, 32], BLOCK_D=[256, 512, 1024], num_warps=[2, 4, 8]), "stage 1"),
-    ("SELECT_LAUNCH", "SELECT_LAUNCH",
-     every_combination(SLICE=[256, 512, 1024, 2048], EARLIER=[16384], num_warps=[2, 4, 8]), "stage 1"),
+    (
+        "centroids",
+        "CENTROID_LAUNCH",
+        every_combination(BLOCK_C=[4, 8, 16, 32], BLOCK_D=[256, 512, 1024], num_warps=[2, 4, 8]),
+        "stage 1",
+    ),
+    (
+        "SELECT_LAUNCH",
+        "SELECT_LAUNCH",
+        every_combination(SLICE=[256, 512, 1024, 2048], EARLIER=[16384], num_warps=[2, 4, 8]),
+        "stage 1",
+    ),
     ("stage2", "STAGE2_LAUNCH", every_combination(BLOCK_D=[128, 256, 512, 1024], num_warps=[2, 4, 8]), "head"),
 )
 
@@ -104,8 +113,9 @@ def best_shape(rows: list[dict], current: dict) -> dict:
     return json.loads(rows[0]["launch"]) if rows else current
 
 
-def sweep(name: str, setting: str, shapes: list[dict], fn: Callable, states, device: torch.device,
-          reps: int) -> list[dict]:
+def sweep(
+    name: str, setting: str, shapes: list[dict], fn: Callable, states, device: torch.device, reps: int
+) -> list[dict]:
     """Times `fn` under each launch shape; returns the rows, best first. A shape that does not compile
     or fit is printed and skipped."""
     rows = []
@@ -118,8 +128,11 @@ def sweep(name: str, setting: str, shapes: list[dict], fn: Callable, states, dev
             print(f"{name} {label}: failed ({type(error).__name__}: {str(error)[:120]})", flush=True)
             continue
         rows.append({"sweep": name, "launch": label, **timing})
-        print(f"{name:<9} {label:<40} {timing['median_ms'] * 1e3:8.2f} us [{timing['p10_ms'] * 1e3:.2f}, "
-              f"{timing['p90_ms'] * 1e3:.2f}]", flush=True)
+        print(
+            f"{name:<9} {label:<40} {timing['median_ms'] * 1e3:8.2f} us [{timing['p10_ms'] * 1e3:.2f}, "
+            f"{timing['p90_ms'] * 1e3:.2f}]",
+            flush=True,
+        )
     return sorted(rows, key=lambda row: row["median_ms"])
 
 
@@ -139,8 +152,9 @@ def kernel_profile(head, states, label: str) -> list[dict]:
     for event in profiler.key_averages():
         us = getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0)) / PROFILED_CALLS
         if us > 0:
-            rows.append({"head": label, "kernel": event.key[:90], "us_per_call": us,
-                         "count": event.count / PROFILED_CALLS})
+            rows.append(
+                {"head": label, "kernel": event.key[:90], "us_per_call": us, "count": event.count / PROFILED_CALLS}
+            )
     for row in sorted(rows, key=lambda row: -row["us_per_call"]):
         print(f"  {label:<22} {row['us_per_call']:8.2f} us  x{row['count']:.0f}  {row['kernel']}", flush=True)
     return rows
@@ -153,12 +167,17 @@ def draft_step_rows(device: torch.device, reps: int) -> list[dict]:
     weight = model.head_weight
     steps = draft_step_inputs(device)
     rows = []
-    for name, head in (("body only", None), ("dense", DenseHead(weight)),
-                       ("flashhead", FlashHead(weight, build_clustering(weight, seed=0), backend="triton"))):
+    for name, head in (
+        ("body only", None),
+        ("dense", DenseHead(weight)),
+        ("flashhead", FlashHead(weight, build_clustering(weight, seed=0), backend="triton")),
+    ):
         timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps * 2)
         rows.append({"sweep": "draft step", "head": name, **timing})
-        print(f"draft step, {name:<10} {timing['median_ms']:.3f} ms [{timing['p10_ms']:.3f}, "
-              f"{timing['p90_ms']:.3f}]", flush=True)
+        print(
+            f"draft step, {name:<10} {timing['median_ms']:.3f} ms [{timing['p10_ms']:.3f}, {timing['p90_ms']:.3f}]",
+            flush=True,
+        )
     del model
     release_gpu_memory()
     return rows
@@ -171,14 +190,17 @@ def measure_heads(device: torch.device, reps: int) -> dict:
     clustering = build_clustering(weight, seed=0)
     states = [(torch.randn(1, HIDDEN, device=device, generator=generator).to(torch.bfloat16),) for _ in range(4)]
     probes = compared_probes(clustering)[0]
-    environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes",
-                                  clusters=clustering.clusters)
+    environment = gpu_environment(
+        device, bandwidth_gbs, "seeded random values, real shapes", clusters=clustering.clusters
+    )
     print(environment_header(COMMAND, environment), flush=True)
     result = {"env": environment, "rows": []}
 
     head = FlashHead(weight, clustering, probes=probes, backend="triton")
-    timed = {"stage 1": lambda hidden: flashhead_triton.select_clusters(hidden, head.centroids, head.probes),
-             "head": head.argmax}
+    timed = {
+        "stage 1": lambda hidden: flashhead_triton.select_clusters(hidden, head.centroids, head.probes),
+        "head": head.argmax,
+    }
     for name, setting, shapes, what in SWEEPS:
         rows = sweep(name, setting, shapes, timed[what], states, device, reps)
         result["rows"] += rows
@@ -192,11 +214,15 @@ def measure_heads(device: torch.device, reps: int) -> dict:
         in_graph = time_in_graph(compared.argmax, states, device, reps=reps * 2)
         replay = time_op(GraphedCall(compared.argmax), states, device, reps=reps * 2)
         head_floor = floor_ms(compared.bytes_per_call(), bandwidth_gbs)
-        head_rows.append({"sweep": "head", "head": name, "floor_ms": head_floor, "in_graph": in_graph,
-                          "graph_replay": replay})
-        print(f"head {name:<24} in graph {in_graph['median_ms'] * 1e3:7.2f} us [{in_graph['p10_ms'] * 1e3:.2f}, "
-              f"{in_graph['p90_ms'] * 1e3:.2f}]   one replay {replay['median_ms'] * 1e3:7.2f} us   floor "
-              f"{head_floor * 1e3:.2f} us", flush=True)
+        head_rows.append(
+            {"sweep": "head", "head": name, "floor_ms": head_floor, "in_graph": in_graph, "graph_replay": replay}
+        )
+        print(
+            f"head {name:<24} in graph {in_graph['median_ms'] * 1e3:7.2f} us [{in_graph['p10_ms'] * 1e3:.2f}, "
+            f"{in_graph['p90_ms'] * 1e3:.2f}]   one replay {replay['median_ms'] * 1e3:7.2f} us   floor "
+            f"{head_floor * 1e3:.2f} us",
+            flush=True,
+        )
     result["rows"] += head_rows
     for name, ratio in dense_over_each(head_rows).items():
         print(f"  {name:<24} dense / this = {ratio:.2f}x", flush=True)
@@ -207,22 +233,30 @@ def measure_heads(device: torch.device, reps: int) -> dict:
 
     together = torch.cat([state[0] for state in states])
     every_cluster = FlashHead(weight, clustering, probes=clustering.clusters, backend="triton")
-    result["all_clusters_equal_dense"] = bool(torch.equal(heads["dense"].argmax(together),
-                                                          every_cluster.argmax(together)))
+    result["all_clusters_equal_dense"] = bool(
+        torch.equal(heads["dense"].argmax(together), every_cluster.argmax(together))
+    )
     print("FlashHead probing every cluster == dense head:", result["all_clusters_equal_dense"], flush=True)
     many = torch.randn(AGREEMENT_STATES, HIDDEN, device=device, generator=generator).to(torch.bfloat16)
     same = heads[flashhead_name(probes, "triton")].argmax(many) == heads[flashhead_name(probes, "torch")].argmax(many)
     result["triton_equal_torch_backend"] = same.float().mean().item()
-    print(f"FlashHead p={probes}, triton == torch backend on {AGREEMENT_STATES} states: "
-          f"{result['triton_equal_torch_backend']:.4f}", flush=True)
+    print(
+        f"FlashHead p={probes}, triton == torch backend on {AGREEMENT_STATES} states: "
+        f"{result['triton_equal_torch_backend']:.4f}",
+        flush=True,
+    )
     return result
 
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
-    p.add_argument("--reps", type=at_least_one, default=10,
-                   help="timed repetitions per sweep point; whole heads and draft steps get twice as many (default 10)")
+    p.add_argument(
+        "--reps",
+        type=at_least_one,
+        default=10,
+        help="timed repetitions per sweep point; whole heads and draft steps get twice as many (default 10)",
+    )
     return p
 
 

@@ -6,6 +6,7 @@ Random weights (synthetic, like our presets: timing depends on shapes, not value
 n new tokens after a prefilled context, the way `generate` runs a decode step; medians of CUDA-event
 times. This is the figure our own decoder's costs are compared against in reports/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,18 +23,29 @@ from .timing import time_op
 def hf_config(name: str):
     """A transformers config with the preset's exact architecture."""
     from transformers import Qwen3Config
+
     c = PRESETS[name]
     if c.arch != "qwen3" or c.quant:
         raise SystemExit(f"error: hf_eager covers bf16 Qwen3 presets, not {name}")
-    return Qwen3Config(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                       num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
-                       head_dim=c.head_dim, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
-                       tie_word_embeddings=c.tie_word_embeddings, max_position_embeddings=4096)
+    return Qwen3Config(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_kv_heads,
+        head_dim=c.head_dim,
+        rope_theta=c.rope_theta,
+        rms_norm_eps=c.rms_norm_eps,
+        tie_word_embeddings=c.tie_word_embeddings,
+        max_position_embeddings=4096,
+    )
 
 
 @torch.no_grad()
 def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], context: int, reps: int) -> dict:
     from transformers import AutoModelForCausalLM, DynamicCache
+
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(hf_config(name), torch_dtype=torch.bfloat16).eval()
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
@@ -45,7 +57,7 @@ def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], contex
             model(prompt, past_key_values=caches[-1], use_cache=True)
         new = torch.randint(0, model.config.vocab_size, (1, n), device=device)
 
-        def decode(cache):
+        def decode(cache, new=new):
             out = model(new, past_key_values=cache, use_cache=True)
             cache.crop(context)
             return out.logits[:, -1].argmax(-1)
@@ -55,8 +67,9 @@ def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], contex
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m measure.hf_eager", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m measure.hf_eager", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", action="append", required=True, help="bf16 Qwen3 preset (repeatable)")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--n-tokens", default="1,6,7,8", help="new tokens per forward")

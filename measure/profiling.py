@@ -19,8 +19,15 @@ from model.prompts import select_prompts
 
 from . import profile as profile_io
 from .agreement import agreement_curve, draft_hidden_states
-from .benchmarks import (BOOKKEEPING_NEW_TOKENS, Bench, copy_bandwidth_gbs, draft_costs, host_costs,
-                         round_host_costs, target_costs)
+from .benchmarks import (
+    BOOKKEEPING_NEW_TOKENS,
+    Bench,
+    copy_bandwidth_gbs,
+    draft_costs,
+    host_costs,
+    round_host_costs,
+    target_costs,
+)
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,14 @@ class MeasureSettings:
 
 def check_settings(settings: MeasureSettings) -> None:
     """Bad settings are refused before any model is loaded."""
-    positive = {"--K-max": [settings.K_max], "--reps": [settings.reps], "--agreement-max-len":
-                [settings.agreement_max_len], "--contexts": list(settings.contexts),
-                "--prompt-lengths": list(settings.prompt_lengths), "--probes": list(settings.probes or [1])}
+    positive = {
+        "--K-max": [settings.K_max],
+        "--reps": [settings.reps],
+        "--agreement-max-len": [settings.agreement_max_len],
+        "--contexts": list(settings.contexts),
+        "--prompt-lengths": list(settings.prompt_lengths),
+        "--probes": list(settings.probes or [1]),
+    }
     for option, values in positive.items():
         if not values or min(values) < 1:
             raise UsageError(f"{option} must be at least 1, got {','.join(map(str, values)) or 'nothing'}")
@@ -77,30 +89,59 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     if "on" in regimes and target_device.type != "cuda":
         raise UsageError("--graphs on needs a GPU placement (CUDA graphs)")
     contexts, prompt_lengths = list(settings.contexts), list(settings.prompt_lengths)
-    longest = max(max(contexts) + width(settings.K_max + 1), max(prompt_lengths), settings.agreement_max_len,
-                  cache_room(min(prompt_lengths), BOOKKEEPING_NEW_TOKENS, min(6, settings.K_max)))
+    longest = max(
+        max(contexts) + width(settings.K_max + 1),
+        max(prompt_lengths),
+        settings.agreement_max_len,
+        cache_room(min(prompt_lengths), BOOKKEEPING_NEW_TOKENS, min(6, settings.K_max)),
+    )
     cache_slots = -(-longest // 16) * 16
     prompts = select_prompts(settings.prompts, settings.prompts_file)
-    pair = load_pair(settings.target, settings.draft, placement, settings.dtype, settings.seed, settings.kernels,
-                     settings.clustering, max_seq_len=cache_slots)
+    pair = load_pair(
+        settings.target,
+        settings.draft,
+        placement,
+        settings.dtype,
+        settings.seed,
+        settings.kernels,
+        settings.clustering,
+        max_seq_len=cache_slots,
+    )
     draft_device = pair.draft_device
     clustering = pair.clustering
     probes = list(settings.probes) if settings.probes else default_probes(clustering.clusters)
     if max(probes) > clustering.clusters:
-        raise UsageError(f"probes {max(probes)} exceed the {clustering.clusters} clusters "
-                         f"(valid: 1..{clustering.clusters})")
-    points = len(regimes) * ((settings.K_max + 2) * len(contexts) + 2 * len(prompt_lengths) + len(contexts)
-                             + 1 + len(probes) + 1) + 2
+        raise UsageError(
+            f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
+        )
+    points = (
+        len(regimes)
+        * ((settings.K_max + 2) * len(contexts) + 2 * len(prompt_lengths) + len(contexts) + 1 + len(probes) + 1)
+        + 2
+    )
     with tqdm(total=points, desc="measure", unit="point", file=sys.stderr, disable=None, leave=False) as bar:
-        bench = Bench(pair.target, pair.draft, target_device, draft_device, contexts, prompt_lengths,
-                      settings.K_max, probes, clustering, settings.reps, settings.warmup,
-                      lambda what: (bar.set_postfix_str(what), bar.update()))
+        bench = Bench(
+            pair.target,
+            pair.draft,
+            target_device,
+            draft_device,
+            contexts,
+            prompt_lengths,
+            settings.K_max,
+            probes,
+            clustering,
+            settings.reps,
+            settings.warmup,
+            lambda what: (bar.set_postfix_str(what), bar.update()),
+        )
         host = host_costs(bench)
         costs = {}
         for regime in regimes:
             graphs = regime == "on"
-            costs["graphs" if graphs else "eager"] = {"target": target_costs(bench, graphs),
-                                                      "draft": draft_costs(bench, graphs)}
+            costs["graphs" if graphs else "eager"] = {
+                "target": target_costs(bench, graphs),
+                "draft": draft_costs(bench, graphs),
+            }
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         bar.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)
@@ -111,11 +152,22 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     floors = bandwidth_floors(pair, probes, bandwidth)
     backend = FlashHead(pair.draft.model.head_weight, clustering).backend
     notes = notes_for(pair.target.info, pair.draft.info, placement, bandwidth, backend)
-    profile = profile_io.assemble(target_info=pair.target.info, draft_info=pair.draft.info, placement=placement,
-                                  contexts=contexts, prompt_lengths=prompt_lengths, K_max=settings.K_max,
-                                  cache_slots=cache_slots, regimes=costs,
-                                  fixed_width=width(settings.K_max + 1) if target_device.type == "cuda" else None, host=host, clustering=clustering,
-                                  agreement=agreement, devices=[target_device, draft_device], notes=notes)
+    profile = profile_io.assemble(
+        target_info=pair.target.info,
+        draft_info=pair.draft.info,
+        placement=placement,
+        contexts=contexts,
+        prompt_lengths=prompt_lengths,
+        K_max=settings.K_max,
+        cache_slots=cache_slots,
+        regimes=costs,
+        fixed_width=width(settings.K_max + 1) if target_device.type == "cuda" else None,
+        host=host,
+        clustering=clustering,
+        agreement=agreement,
+        devices=[target_device, draft_device],
+        notes=notes,
+    )
     return profile_io.write(profile, Path(out), floors, command)
 
 
@@ -129,32 +181,41 @@ def bandwidth_floors(pair, probes, bandwidth_gbs) -> dict:
 
     target, draft = pair.target.model, pair.draft.model
     flash = FlashHead(draft.head_weight, pair.clustering, probes=pair.clustering.default_probes)
-    return {"target.forward_ms": ms(target.body_parameters_bytes() + target.head_bytes()),
-            "draft.body_ms": ms(draft.body_parameters_bytes()),
-            "draft.head_dense_ms": ms(DenseHead(draft.head_weight).bytes_per_call()),
-            "draft.head_flashhead_ms": f"{ms(flash.bytes_per_call())} at p={flash.probes}"}
+    return {
+        "target.forward_ms": ms(target.body_parameters_bytes() + target.head_bytes()),
+        "draft.body_ms": ms(draft.body_parameters_bytes()),
+        "draft.head_dense_ms": ms(DenseHead(draft.head_weight).bytes_per_call()),
+        "draft.head_flashhead_ms": f"{ms(flash.bytes_per_call())} at p={flash.probes}",
+    }
 
 
 def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[str]:
-    notes = [f"Measured by python -m measure on {placement}: every cost timed as the decoder runs it "
-             "(GraphedCall per shape, static caches, device-side positions), CUDA events on GPU, "
-             "perf_counter on CPU; each repetition starts from an idle device.",
-             "target.forward_ms is the decoder's own target step (dense argmax head included; fixed width on GPU, "
-             "see model/decoder.py); prefills are eager, as in the decoder; draft.body_ms is one draft step "
-             "without its head; draft.append_ms is the same operation as one body step.",
-             f"FlashHead head backend: {backend}.",
-             "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
-             "from a short real deferred run (Python bookkeeping, launch gaps, token copies); host.read_gap_ms: "
-             "median host time from a read's end to the next launch in the same run (on the critical path).",
-             "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
-             f"Layer kernels: target {target_info['kernels']}, draft {draft_info['kernels']}. "
-             + ("Fused attention reads cache slots up to the last position only, so costs follow the context."
-                if "torch" not in (target_info["kernels"], draft_info["kernels"]) else
-                "The torch path attends over all static-cache slots (setup.cache_slots), so its costs depend on "
-                "the cache size more than on the context: measure with the cache size your runs use.")]
+    notes = [
+        f"Measured by python -m measure on {placement}: every cost timed as the decoder runs it "
+        "(GraphedCall per shape, static caches, device-side positions), CUDA events on GPU, "
+        "perf_counter on CPU; each repetition starts from an idle device.",
+        "target.forward_ms is the decoder's own target step (dense argmax head included; fixed width on GPU, "
+        "see model/decoder.py); prefills are eager, as in the decoder; draft.body_ms is one draft step "
+        "without its head; draft.append_ms is the same operation as one body step.",
+        f"FlashHead head backend: {backend}.",
+        "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
+        "from a short real deferred run (Python bookkeeping, launch gaps, token copies); host.read_gap_ms: "
+        "median host time from a read's end to the next launch in the same run (on the critical path).",
+        "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
+        f"Layer kernels: target {target_info['kernels']}, draft {draft_info['kernels']}. "
+        + (
+            "Fused attention reads cache slots up to the last position only, so costs follow the context."
+            if "torch" not in (target_info["kernels"], draft_info["kernels"])
+            else "The torch path attends over all static-cache slots (setup.cache_slots), so its costs depend on "
+            "the cache size more than on the context: measure with the cache size your runs use."
+        ),
+    ]
     if "synthetic" in (target_info["weights"], draft_info["weights"]):
-        notes.insert(0, "SYNTHETIC weights (real architectures, seeded random values): costs are real, "
-                        "the agreement r(p) is not real-language agreement.")
+        notes.insert(
+            0,
+            "SYNTHETIC weights (real architectures, seeded random values): costs are real, "
+            "the agreement r(p) is not real-language agreement.",
+        )
     if bandwidth:
         notes.append(f"Bandwidth floors use the measured device copy rate {bandwidth:.0f} GB/s (read + write).")
     return notes

@@ -16,6 +16,7 @@ predict the full model's greedy token, and `--draft-layers N` repeats r(p) on th
 The clustering (published asset layout) and the hidden states are cached in the model folder, so a
 second run only redoes the analysis.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from model.decoder import Decoder
 from contracts import UsageError
+from contracts.files import write_atomic
+from model.decoder import Decoder
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.prompts import load_questions
-from contracts.files import write_atomic
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 STUDY_CATEGORIES = ("multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -59,8 +60,13 @@ def study_prompts(per_category: int, path=None) -> list:
     groups = defaultdict(list)
     for q in load_questions(path):
         groups[q.category].append(q)
-    mt = [q for i in range(max(len(groups[c]) for c in MT_BENCH)) for c in MT_BENCH if i < len(groups[c])
-          for q in [groups[c][i]]]
+    mt = [
+        q
+        for i in range(max(len(groups[c]) for c in MT_BENCH))
+        for c in MT_BENCH
+        if i < len(groups[c])
+        for q in [groups[c][i]]
+    ]
     chosen = mt[:per_category]
     for category in STUDY_CATEGORIES[1:]:
         chosen += groups[category][:per_category]
@@ -69,13 +75,16 @@ def study_prompts(per_category: int, path=None) -> list:
 
 # --- clustering (cached as published assets beside the model) -------------------------------------
 
+
 def objective(weight: torch.Tensor, clustering: Clustering) -> float:
     """Spherical k-means objective: mean cosine of every head row with its cluster's centroid."""
     x = F.normalize(weight.float(), dim=1)
     return float((x * clustering.centroids[clustering.assignments]).sum(1).mean())
 
 
-def clustering_for(folder: Path, weight: torch.Tensor, cluster_size: int, iters: int, seed: int) -> tuple[Clustering, dict]:
+def clustering_for(
+    folder: Path, weight: torch.Tensor, cluster_size: int, iters: int, seed: int
+) -> tuple[Clustering, dict]:
     """The model folder's FlashHead assets if built with these settings, else built now and saved
     there (published layout) with a build record: iterations, objective, seconds."""
     record_path = folder / ASSET_DIR / _BUILD_FILE
@@ -87,14 +96,20 @@ def clustering_for(folder: Path, weight: torch.Tensor, cluster_size: int, iters:
     print(f"building the FlashHead clustering ({iters} iterations, cluster size {cluster_size}) ...", file=sys.stderr)
     t0 = time.perf_counter()
     clustering = build_clustering(weight, cluster_size=cluster_size, iters=iters, seed=seed)
-    record = {**wanted, "clusters": clustering.clusters, "objective": objective(weight, clustering),
-              "seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads()}
+    record = {
+        **wanted,
+        "clusters": clustering.clusters,
+        "objective": objective(weight, clustering),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "threads": torch.get_num_threads(),
+    }
     save_assets(clustering, folder)
     write_atomic(record_path, json.dumps(record, indent=1) + "\n")
     return clustering, record
 
 
 # --- hidden states ------------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layers: list[int]) -> list[dict]:
@@ -105,8 +120,10 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
     model.setup_cache(prompt_max + new_tokens + 8)
     decoder = Decoder(model, graphs=False, phases=False, K=1)
     captured = {}
-    hooks = [model.layers[n - 1].register_forward_hook(lambda _m, _i, out, n=n: captured.__setitem__(n, out))
-             for n in exit_layers]
+    hooks = [
+        model.layers[n - 1].register_forward_hook(lambda _m, _i, out, n=n: captured.__setitem__(n, out))
+        for n in exit_layers
+    ]
     out = []
     try:
         for prompt in tqdm(prompts, desc="hidden states", unit="prompt", file=sys.stderr):
@@ -114,8 +131,15 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
             continuation = decoder.reference(ids, new_tokens)
             tokens = ids + continuation[:-1]
             hidden = model.forward_hidden(torch.tensor([tokens]), torch.arange(len(tokens)))[0]
-            out.append({"id": prompt.id, "category": study_category(prompt.category), "states": hidden.clone(),
-                        "start": len(ids) - 1, "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers}})
+            out.append(
+                {
+                    "id": prompt.id,
+                    "category": study_category(prompt.category),
+                    "states": hidden.clone(),
+                    "start": len(ids) - 1,
+                    "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers},
+                }
+            )
     finally:
         for hook in hooks:
             hook.remove()
@@ -123,6 +147,7 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
 
 
 # --- ranks, margins, agreement ------------------------------------------------------------------
+
 
 @torch.no_grad()
 def rank_states(weight: torch.Tensor, clustering: Clustering, states: torch.Tensor) -> dict:
@@ -155,7 +180,7 @@ def check_ranks(weight, clustering, states, ranked, probes=(1, 8, 64), n=128) ->
 
 
 def probe_grid(clusters: int) -> list[int]:
-    return [p for p in (2 ** i for i in range(11)) if p <= min(clusters, MAX_PROBES)]
+    return [p for p in (2**i for i in range(11)) if p <= min(clusters, MAX_PROBES)]
 
 
 def curve(ranks_by_prompt: dict, categories: dict, probes: list[int], boot: int = 200, seed: int = 0) -> dict:
@@ -178,13 +203,23 @@ def curve(ranks_by_prompt: dict, categories: dict, probes: list[int], boot: int 
         members = [i for i in ids if categories[i] == category]
         if members:
             ranks = torch.cat([ranks_by_prompt[i] for i in members])
-            per_category[category] = {"r": [float((ranks < p).float().mean()) for p in probes],
-                                      "n": ranks.numel(), "prompts": len(members)}
-    return {"probes": probes, "r": r, "ci95": [low, high], "n": all_ranks.numel(), "prompts": len(ids),
-            "per_category": per_category}
+            per_category[category] = {
+                "r": [float((ranks < p).float().mean()) for p in probes],
+                "n": ranks.numel(),
+                "prompts": len(members),
+            }
+    return {
+        "probes": probes,
+        "r": r,
+        "ci95": [low, high],
+        "n": all_ranks.numel(),
+        "prompts": len(ids),
+        "per_category": per_category,
+    }
 
 
 # --- adaptive probes ----------------------------------------------------------------------------
+
 
 def fixed_r_at(probes: list[int], r: list[float], p: float) -> float:
     """Fixed-p agreement at a (fractional) probe count, linear in log2(p) between grid points."""
@@ -217,13 +252,23 @@ def policies(top: torch.Tensor) -> list[tuple[str, dict, Callable]]:
     for small, large in ((1, 64), (4, 64), (4, 256), (16, 256), (16, 1024), (64, 1024)):
         for q in quantiles:
             t = float(margin.quantile(q))
-            out.append(("margin", {"small": small, "large": large, "threshold": round(t, 4), "quantile": q},
-                        lambda top, s=small, l=large, t=t: margin_policy(top, s, l, t)))
+            out.append(
+                (
+                    "margin",
+                    {"small": small, "large": large, "threshold": round(t, 4), "quantile": q},
+                    lambda top, s=small, l=large, t=t: margin_policy(top, s, l, t),
+                )
+            )
     for least in (1, 4, 16):
         for q in [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.2, 1.6, 2.0]:
             delta = float(gap.quantile(0.5)) * q
-            out.append(("window", {"delta": round(delta, 4), "least": least, "most": MAX_PROBES},
-                        lambda top, d=delta, a=least: window_policy(top, d, a, MAX_PROBES)))
+            out.append(
+                (
+                    "window",
+                    {"delta": round(delta, 4), "least": least, "most": MAX_PROBES},
+                    lambda top, d=delta, a=least: window_policy(top, d, a, MAX_PROBES),
+                )
+            )
     return out
 
 
@@ -235,8 +280,15 @@ def adaptive(ranks: torch.Tensor, top: torch.Tensor, fixed: dict, halves: tuple[
         p = policy(top)
         mean_p = float(p.float().mean())
         r = float((ranks < p).float().mean())
-        points.append({"policy": kind, **params, "mean_probes": mean_p, "r": r,
-                       "fixed_r_same_probes": fixed_r_at(fixed["probes"], fixed["r"], mean_p)})
+        points.append(
+            {
+                "policy": kind,
+                **params,
+                "mean_probes": mean_p,
+                "r": r,
+                "fixed_r_same_probes": fixed_r_at(fixed["probes"], fixed["r"], mean_p),
+            }
+        )
     a, b = halves
     held_out = []
     for target in (16, 64, 256):
@@ -249,26 +301,38 @@ def adaptive(ranks: torch.Tensor, top: torch.Tensor, fixed: dict, halves: tuple[
         if best is None:
             continue
         p_b = best[3](top[b])
-        held_out.append({"fixed_probes": target, "policy": best[1], **best[2], "train_mean_probes": best[0],
-                         "train_r_fixed": goal, "test_mean_probes": float(p_b.float().mean()),
-                         "test_r": float((ranks[b] < p_b).float().mean()),
-                         "test_r_fixed": float((ranks[b] < target).float().mean())})
+        held_out.append(
+            {
+                "fixed_probes": target,
+                "policy": best[1],
+                **best[2],
+                "train_mean_probes": best[0],
+                "train_r_fixed": goal,
+                "test_mean_probes": float(p_b.float().mean()),
+                "test_r": float((ranks[b] < p_b).float().mean()),
+                "test_r_fixed": float((ranks[b] < target).float().mean()),
+            }
+        )
     return {"points": points, "held_out": held_out}
 
 
 # --- outputs ------------------------------------------------------------------------------------
 
+
 def _axes():
     """A fresh figure and axes drawn off-screen (matplotlib is imported only when a figure is asked for)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt.subplots(figsize=(7, 4.5))
 
 
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     """Log-2 probes axis, labels, grid and legend, written to `path`."""
     import matplotlib.pyplot as plt
+
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -290,8 +354,14 @@ def agreement_figure(result: dict, path: Path) -> None:
     draft = result.get("draft_agreement")
     if draft:
         ax.plot(draft["probes"], draft["r"], "r-s", lw=1.5, label=f"early-exit {draft['layers']} layers ({draft['n']})")
-    _save(fig, ax, path, f"probes p (of c = {result['clustering']['clusters']} clusters)",
-          "r(p) = P(FlashHead argmax == dense argmax)", f"FlashHead recall, {result['model_label']} (real weights)")
+    _save(
+        fig,
+        ax,
+        path,
+        f"probes p (of c = {result['clustering']['clusters']} clusters)",
+        "r(p) = P(FlashHead argmax == dense argmax)",
+        f"FlashHead recall, {result['model_label']} (real weights)",
+    )
 
 
 def adaptive_figure(result: dict, path: Path) -> None:
@@ -300,11 +370,24 @@ def adaptive_figure(result: dict, path: Path) -> None:
     ax.plot(main["probes"], main["r"], "k-o", lw=2, label="fixed p")
     for kind, marker in (("margin", "x"), ("window", "+")):
         chosen = [q for q in points if q["policy"] == kind]
-        ax.scatter([q["mean_probes"] for q in chosen], [q["r"] for q in chosen], marker=marker, s=30,
-                   label={"margin": "margin: p = small if top1-top2 > t else large",
-                          "window": "window: p = #clusters within delta of the best"}[kind])
-    _save(fig, ax, path, "mean probes per state", "r = P(FlashHead argmax == dense argmax)",
-          f"Adaptive vs fixed probes, {result['model_label']} (real weights)")
+        ax.scatter(
+            [q["mean_probes"] for q in chosen],
+            [q["r"] for q in chosen],
+            marker=marker,
+            s=30,
+            label={
+                "margin": "margin: p = small if top1-top2 > t else large",
+                "window": "window: p = #clusters within delta of the best",
+            }[kind],
+        )
+    _save(
+        fig,
+        ax,
+        path,
+        "mean probes per state",
+        "r = P(FlashHead argmax == dense argmax)",
+        f"Adaptive vs fixed probes, {result['model_label']} (real weights)",
+    )
 
 
 def pareto(points: list[dict]) -> list[dict]:
@@ -321,43 +404,75 @@ def pareto(points: list[dict]) -> list[dict]:
 def markdown(result: dict) -> str:
     main = result["agreement"]
     cats = list(main["per_category"])
-    lines = [f"## r(p) on {result['model_label']} (real weights), c = {result['clustering']['clusters']}", "",
-             f"{main['n']} hidden states from {main['prompts']} prompts; 95% interval: bootstrap over prompts.", "",
-             "| p | p/c | r(p) | 95% CI | " + " | ".join(f"{c} (n={main['per_category'][c]['n']})" for c in cats) + " |",
-             "|---|---|---|---|" + "---|" * len(cats)]
+    lines = [
+        f"## r(p) on {result['model_label']} (real weights), c = {result['clustering']['clusters']}",
+        "",
+        f"{main['n']} hidden states from {main['prompts']} prompts; 95% interval: bootstrap over prompts.",
+        "",
+        "| p | p/c | r(p) | 95% CI | " + " | ".join(f"{c} (n={main['per_category'][c]['n']})" for c in cats) + " |",
+        "|---|---|---|---|" + "---|" * len(cats),
+    ]
     c = result["clustering"]["clusters"]
     for j, p in enumerate(main["probes"]):
-        lines.append(f"| {p} | {p / c:.5f} | {main['r'][j]:.4f} | [{main['ci95'][0][j]:.4f}, {main['ci95'][1][j]:.4f}] | "
-                     + " | ".join(f"{main['per_category'][k]['r'][j]:.4f}" for k in cats) + " |")
+        lines.append(
+            f"| {p} | {p / c:.5f} | {main['r'][j]:.4f} | [{main['ci95'][0][j]:.4f}, {main['ci95'][1][j]:.4f}] | "
+            + " | ".join(f"{main['per_category'][k]['r'][j]:.4f}" for k in cats)
+            + " |"
+        )
     draft = result.get("draft_agreement")
     if draft:
-        lines += ["", f"Early-exit draft ({draft['layers']} layers) states: {draft['n']} states",
-                  "", "| p | " + " | ".join(str(p) for p in draft["probes"]) + " |",
-                  "|---|" + "---|" * len(draft["probes"]),
-                  "| r(p) | " + " | ".join(f"{v:.4f}" for v in draft["r"]) + " |"]
+        lines += [
+            "",
+            f"Early-exit draft ({draft['layers']} layers) states: {draft['n']} states",
+            "",
+            "| p | " + " | ".join(str(p) for p in draft["probes"]) + " |",
+            "|---|" + "---|" * len(draft["probes"]),
+            "| r(p) | " + " | ".join(f"{v:.4f}" for v in draft["r"]) + " |",
+        ]
     exits = result.get("early_exit")
     if exits:
-        lines += ["", "## Early exit: first N layers + final norm + dense head vs the full model's greedy token",
-                  "", f"{exits['n']} continuation positions.", "", "| N layers | top-1 agreement |", "|---|---|"]
+        lines += [
+            "",
+            "## Early exit: first N layers + final norm + dense head vs the full model's greedy token",
+            "",
+            f"{exits['n']} continuation positions.",
+            "",
+            "| N layers | top-1 agreement |",
+            "|---|---|",
+        ]
         lines += [f"| {n} | {v:.4f} |" for n, v in exits["agreement"].items()]
     ad = result["adaptive"]
-    lines += ["", "## Adaptive probes (Pareto front of the swept policies)", "",
-              "| policy | parameters | mean probes | r | fixed-p r at same mean probes | gain |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Adaptive probes (Pareto front of the swept policies)",
+        "",
+        "| policy | parameters | mean probes | r | fixed-p r at same mean probes | gain |",
+        "|---|---|---|---|---|---|",
+    ]
     for q in pareto(ad["points"]):
         params = ", ".join(f"{k}={q[k]}" for k in ("small", "large", "threshold", "delta", "least") if k in q)
-        lines.append(f"| {q['policy']} | {params} | {q['mean_probes']:.1f} | {q['r']:.4f} | "
-                     f"{q['fixed_r_same_probes']:.4f} | {q['r'] - q['fixed_r_same_probes']:+.4f} |")
-    lines += ["", "Held-out check (policy chosen on half the prompts to match fixed r(p*) there, applied to the other half):",
-              "", "| fixed p* | policy | parameters | mean probes (test) | r (test) | fixed r(p*) (test) |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {q['policy']} | {params} | {q['mean_probes']:.1f} | {q['r']:.4f} | "
+            f"{q['fixed_r_same_probes']:.4f} | {q['r'] - q['fixed_r_same_probes']:+.4f} |"
+        )
+    lines += [
+        "",
+        "Held-out check (policy chosen on half the prompts to match fixed r(p*) there, applied to the other half):",
+        "",
+        "| fixed p* | policy | parameters | mean probes (test) | r (test) | fixed r(p*) (test) |",
+        "|---|---|---|---|---|---|",
+    ]
     for h in ad["held_out"]:
         params = ", ".join(f"{k}={h[k]}" for k in ("small", "large", "threshold", "delta", "least") if k in h)
-        lines.append(f"| {h['fixed_probes']} | {h['policy']} | {params} | {h['test_mean_probes']:.1f} | "
-                     f"{h['test_r']:.4f} | {h['test_r_fixed']:.4f} |")
+        lines.append(
+            f"| {h['fixed_probes']} | {h['policy']} | {params} | {h['test_mean_probes']:.1f} | "
+            f"{h['test_r']:.4f} | {h['test_r_fixed']:.4f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 # --- CLI ----------------------------------------------------------------------------------------
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -365,11 +480,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = _Parser(prog="python -m measure.recall", description=__doc__,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog="python -m measure.recall", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", required=True, help="checkpoint folder (e.g. the converted Gemma 3 270M)")
-    p.add_argument("--clusters", type=int, default=None, help="FlashHead clusters c (default V/16); the cluster size is V/c")
-    p.add_argument("--iters", type=int, default=4, help="balanced k-means iterations when the clustering is built (default 4)")
+    p.add_argument(
+        "--clusters", type=int, default=None, help="FlashHead clusters c (default V/16); the cluster size is V/c"
+    )
+    p.add_argument(
+        "--iters", type=int, default=4, help="balanced k-means iterations when the clustering is built (default 4)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the clustering (default 0)")
     p.add_argument("--per-category", type=int, default=10, help="prompts per study category (default 10)")
     p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: shared/data/spec_bench)")
@@ -378,7 +498,9 @@ def parse_args(argv):
     p.add_argument("--exit-layers", default="", help="early-exit depths N for the agreement table, e.g. 6,9,12,14,16")
     p.add_argument("--draft-layers", type=int, default=None, help="also measure r(p) on the N-layer early-exit states")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
-    p.add_argument("--sim-agreement", default=None, metavar="PATH", help="also write the compact r(p) curve (for sim/data)")
+    p.add_argument(
+        "--sim-agreement", default=None, metavar="PATH", help="also write the compact r(p) curve (for sim/data)"
+    )
     p.add_argument("--out", required=True, help="folder for agreement.json, adaptive.json, recall.md and the plots")
     return p.parse_args(argv)
 
@@ -386,19 +508,24 @@ def parse_args(argv):
 def run(args) -> list[Path]:
     torch.set_num_threads(args.threads)
     folder = Path(args.model).expanduser()
-    exit_layers = sorted({int(v) for v in args.exit_layers.split(",") if v.strip()} |
-                         ({args.draft_layers} if args.draft_layers else set()))
+    exit_layers = sorted(
+        {int(v) for v in args.exit_layers.split(",") if v.strip()}
+        | ({args.draft_layers} if args.draft_layers else set())
+    )
     loaded = load_model(str(folder), "cpu", "float32", max_seq_len=1)
     weight = loaded.model.head_weight
     vocab = weight.shape[0]
     clusters = args.clusters or vocab // 16
     if vocab % clusters:
-        raise UsageError(f"--clusters {clusters} does not divide the vocabulary of {vocab} (valid: divisors, e.g. {vocab // 16})")
+        raise UsageError(
+            f"--clusters {clusters} does not divide the vocabulary of {vocab} (valid: divisors, e.g. {vocab // 16})"
+        )
     if any(not 1 <= n < loaded.model.config.n_layers for n in exit_layers):
         raise UsageError(f"early-exit depths must lie in 1..{loaded.model.config.n_layers - 1}")
     clustering, build = clustering_for(folder, weight, vocab // clusters, args.iters, args.seed)
     prompts = study_prompts(args.per_category, args.prompts_file)
-    cache = folder / f"recall_states_{args.per_category}x{args.prompt_max_len}+{args.new_tokens}_exit{'-'.join(map(str, exit_layers))}.pt"
+    exits = "-".join(map(str, exit_layers))
+    cache = folder / f"recall_states_{args.per_category}x{args.prompt_max_len}+{args.new_tokens}_exit{exits}.pt"
     if cache.is_file():
         per_prompt = torch.load(cache)
     else:
@@ -415,13 +542,22 @@ def run(args) -> list[Path]:
     index = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
     halves = (index % 2 == 0, index % 2 == 1)
     label = f"{loaded.model.config.arch} {folder.name}"
-    result = {"schema": "flashspec.recall/1", "model": str(folder), "model_label": label, "synthetic": False,
-              "prompts": [x["id"] for x in per_prompt], "prompt_max_len": args.prompt_max_len,
-              "new_tokens": args.new_tokens, "clustering": build, "agreement": agreement,
-              "rank_check": check_ranks(weight, clustering, states, ranked),
-              "margin_quantiles": {str(q): float((ranked["top"][:, 0] - ranked["top"][:, 1]).quantile(q))
-                                   for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
-              "adaptive": adaptive(ranked["ranks"], ranked["top"], agreement, halves)}
+    result = {
+        "schema": "flashspec.recall/1",
+        "model": str(folder),
+        "model_label": label,
+        "synthetic": False,
+        "prompts": [x["id"] for x in per_prompt],
+        "prompt_max_len": args.prompt_max_len,
+        "new_tokens": args.new_tokens,
+        "clustering": build,
+        "agreement": agreement,
+        "rank_check": check_ranks(weight, clustering, states, ranked),
+        "margin_quantiles": {
+            str(q): float((ranked["top"][:, 0] - ranked["top"][:, 1]).quantile(q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)
+        },
+        "adaptive": adaptive(ranked["ranks"], ranked["top"], agreement, halves),
+    }
     if exit_layers:
         continuation = torch.cat([torch.arange(x["states"].shape[0]) >= x["start"] for x in per_prompt])
         dense = DenseHead(weight)
@@ -429,7 +565,9 @@ def run(args) -> list[Path]:
         table = {}
         for n in exit_layers:
             exit_states = torch.cat([x["exit"][n] for x in per_prompt])[continuation]
-            table[n] = float(torch.cat([dense.argmax(part) for part in exit_states.split(_CHUNK)]).eq(target).float().mean())
+            table[n] = float(
+                torch.cat([dense.argmax(part) for part in exit_states.split(_CHUNK)]).eq(target).float().mean()
+            )
         result["early_exit"] = {"n": int(continuation.sum()), "agreement": table}
     if args.draft_layers:
         draft_states = torch.cat([x["exit"][args.draft_layers] for x in per_prompt])
@@ -444,10 +582,17 @@ def run(args) -> list[Path]:
     agreement_figure(result, files[2])
     adaptive_figure(result, files[3])
     if args.sim_agreement:
-        compact = {"source": f"{label} (real weights), FlashHead c={clustering.clusters} b={clustering.cluster_size}, "
-                             f"{agreement['n']} hidden states of {agreement['prompts']} Spec-Bench prompts (six study categories)",
-                   "model": label, "synthetic": False, "clusters": clustering.clusters,
-                   "cluster_size": clustering.cluster_size, "probes": probes, "r": agreement["r"], "n": agreement["n"]}
+        compact = {
+            "source": f"{label} (real weights), FlashHead c={clustering.clusters} b={clustering.cluster_size}, "
+            f"{agreement['n']} hidden states of {agreement['prompts']} Spec-Bench prompts (six study categories)",
+            "model": label,
+            "synthetic": False,
+            "clusters": clustering.clusters,
+            "cluster_size": clustering.cluster_size,
+            "probes": probes,
+            "r": agreement["r"],
+            "n": agreement["n"],
+        }
         files.append(Path(args.sim_agreement))
         write_atomic(files[-1], json.dumps(compact, indent=1) + "\n")
     print(markdown(result))

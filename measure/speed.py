@@ -28,6 +28,7 @@ graphs (true, false or "in graph"), floor_ms (null for Hugging Face) and the tim
 p10_ms, p90_ms, n, host_ms). Needs a CUDA GPU with room for Qwen3-32B in bf16 (about 66 GB; the
 committed results ran on one H200), triton and transformers. docs/benchmarks.md describes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,6 +73,7 @@ HF_NEW_TOKENS = {DRAFT: [1], TARGET: [1, 4, 8]}
 
 # --- shared with python -m measure.head_speed ----------------------------------------------------
 
+
 def load_draft(device: torch.device, kernels: str | None = None):
     """The synthetic Qwen3-0.6B draft in bf16 with a CACHE_SLOTS cache (its `Loaded`)."""
     return load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels=kernels)
@@ -84,9 +86,11 @@ def draft_step_inputs(device: torch.device) -> list[tuple[torch.Tensor, torch.Te
 
 def draft_step(model, head=None) -> Callable:
     """One draft step as the decoder's proposal runs it: the body, then (given a head) its greedy token."""
+
     def step(tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         hidden = model.forward_hidden(tokens, position)
         return hidden if head is None else head.argmax(hidden[0, -1:])
+
     return step
 
 
@@ -110,6 +114,7 @@ def compared_heads(weight: torch.Tensor, clustering: Clustering) -> dict[str, De
 
 # --- the rows ----------------------------------------------------------------------------------------
 
+
 def draft_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The draft body step per layer-kernel path and graph regime; with the fused kernels also the
     heads alone and the draft step with the dense and the default FlashHead head."""
@@ -120,8 +125,15 @@ def draft_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[di
         body_floor = floor_ms(model.body_parameters_bytes(), bandwidth_gbs)
         for graphs in (True, False):
             body = GraphedCall(model.forward_hidden, enabled=graphs)
-            rows.append({"op": "draft body step", "kernels": kernels, "graphs": graphs, "floor_ms": body_floor,
-                         **time_op(body, steps, device, reps=reps)})
+            rows.append(
+                {
+                    "op": "draft body step",
+                    "kernels": kernels,
+                    "graphs": graphs,
+                    "floor_ms": body_floor,
+                    **time_op(body, steps, device, reps=reps),
+                }
+            )
         if kernels == "fused":
             rows += head_rows(model, steps, device, reps, bandwidth_gbs, body_floor)
     return rows
@@ -137,22 +149,41 @@ def head_rows(model, steps, device: torch.device, reps: int, bandwidth_gbs: floa
     rows = []
     for name, head in heads.items():
         head_floor = floor_ms(head.bytes_per_call(), bandwidth_gbs)
-        rows.append({"op": f"head {name}", "graphs": "in graph", "floor_ms": head_floor,
-                     **time_in_graph(head.argmax, states, device, reps=reps)})
+        rows.append(
+            {
+                "op": f"head {name}",
+                "graphs": "in graph",
+                "floor_ms": head_floor,
+                **time_in_graph(head.argmax, states, device, reps=reps),
+            }
+        )
         for graphs in (True, False):
-            rows.append({"op": f"head {name}", "graphs": graphs, "floor_ms": head_floor,
-                         **time_op(GraphedCall(head.argmax, enabled=graphs), states, device, reps=reps)})
+            rows.append(
+                {
+                    "op": f"head {name}",
+                    "graphs": graphs,
+                    "floor_ms": head_floor,
+                    **time_op(GraphedCall(head.argmax, enabled=graphs), states, device, reps=reps),
+                }
+            )
     default_flashhead = heads[flashhead_name(clustering.default_probes, "triton")]
     for name, head in (("dense", heads["dense"]), ("flashhead", default_flashhead)):
         for graphs in (True, False):
-            rows.append({"op": f"draft step + {name} head", "kernels": "fused", "graphs": graphs,
-                         "floor_ms": body_floor + floor_ms(head.bytes_per_call(), bandwidth_gbs),
-                         **time_op(GraphedCall(draft_step(model, head), enabled=graphs), steps, device, reps=reps)})
+            rows.append(
+                {
+                    "op": f"draft step + {name} head",
+                    "kernels": "fused",
+                    "graphs": graphs,
+                    "floor_ms": body_floor + floor_ms(head.bytes_per_call(), bandwidth_gbs),
+                    **time_op(GraphedCall(draft_step(model, head), enabled=graphs), steps, device, reps=reps),
+                }
+            )
     return rows
 
 
-def target_rows(name: str, device: torch.device, reps: int, bandwidth_gbs: float,
-                awq_kernels: tuple[str, ...] = ()) -> list[dict]:
+def target_rows(
+    name: str, device: torch.device, reps: int, bandwidth_gbs: float, awq_kernels: tuple[str, ...] = ()
+) -> list[dict]:
     """The decoder's target step (graphs, fixed width) for n = 1..8 new tokens; for an AWQ model, once
     per int4 kernel in `awq_kernels` (none: the kernel load_model picks)."""
     loaded = load_model(name, device, "bfloat16", TARGET_SEED, CACHE_SLOTS)
@@ -166,11 +197,23 @@ def target_rows(name: str, device: torch.device, reps: int, bandwidth_gbs: float
                     module.select_kernel(kernel, dtype=torch.bfloat16)
         step = Decoder(model, K=7).target_forward
         for new_tokens in range(1, 9):
-            inputs = [(torch.randint(0, model.config.vocab_size, (1, new_tokens), device=device),
-                       torch.tensor([CONTEXT], device=device)) for _ in range(3)]
-            rows.append({"op": f"target {name} n={new_tokens}", "kernels": loaded.info["kernels"],
-                         "awq_kernel": kernel or loaded.info["kernel"], "graphs": True, "floor_ms": target_floor,
-                         **time_op(step, inputs, device, reps=reps)})
+            inputs = [
+                (
+                    torch.randint(0, model.config.vocab_size, (1, new_tokens), device=device),
+                    torch.tensor([CONTEXT], device=device),
+                )
+                for _ in range(3)
+            ]
+            rows.append(
+                {
+                    "op": f"target {name} n={new_tokens}",
+                    "kernels": loaded.info["kernels"],
+                    "awq_kernel": kernel or loaded.info["kernel"],
+                    "graphs": True,
+                    "floor_ms": target_floor,
+                    **time_op(step, inputs, device, reps=reps),
+                }
+            )
     return rows
 
 
@@ -181,8 +224,9 @@ def hugging_face_rows(device: torch.device, reps: int) -> list[dict]:
     for name, new_tokens in HF_NEW_TOKENS.items():
         result = time_hf_forward(name, device, new_tokens, CONTEXT, reps)
         for n, timing in result["forward_ms"].items():
-            rows.append({"op": f"HF eager {name} n={n}", "kernels": "transformers", "graphs": False,
-                         "floor_ms": None, **timing})
+            rows.append(
+                {"op": f"HF eager {name} n={n}", "kernels": "transformers", "graphs": False, "floor_ms": None, **timing}
+            )
         release_gpu_memory()  # this model, before the next one loads
     return rows
 
@@ -191,20 +235,25 @@ def format_row(row: dict) -> str:
     """One printed line: op, kernels, AWQ kernel, graphs, median [p10, p90] and the floor with the ratio."""
     graphs = {True: "on", False: "off"}.get(row["graphs"], row["graphs"])
     floor = f"floor {row['floor_ms']:.3f} ({row['median_ms'] / row['floor_ms']:.2f}x)" if row["floor_ms"] else ""
-    return (f"{row['op']:<34} {row.get('kernels', ''):<12} {row.get('awq_kernel', ''):<14} graphs={graphs:<8} "
-            f"{row['median_ms']:8.3f} ms [{row['p10_ms']:.3f}, {row['p90_ms']:.3f}]  {floor}")
+    return (
+        f"{row['op']:<34} {row.get('kernels', ''):<12} {row.get('awq_kernel', ''):<14} graphs={graphs:<8} "
+        f"{row['median_ms']:8.3f} ms [{row['p10_ms']:.3f}, {row['p90_ms']:.3f}]  {floor}"
+    )
 
 
 def measure_speed(device: torch.device, reps: int) -> dict:
     bandwidth_gbs = copy_bandwidth_gbs(device)
-    environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes",
-                                  context=CONTEXT, cache_slots=CACHE_SLOTS)
+    environment = gpu_environment(
+        device, bandwidth_gbs, "seeded random values, real shapes", context=CONTEXT, cache_slots=CACHE_SLOTS
+    )
     print(environment_header(COMMAND, environment), flush=True)
     rows = []
-    for measure in (lambda: draft_rows(device, reps, bandwidth_gbs),
-                    lambda: target_rows(TARGET, device, reps, bandwidth_gbs),
-                    lambda: target_rows(TARGET_AWQ, device, reps, bandwidth_gbs, AWQ_KERNELS),
-                    lambda: hugging_face_rows(device, reps)):
+    for measure in (
+        lambda: draft_rows(device, reps, bandwidth_gbs),
+        lambda: target_rows(TARGET, device, reps, bandwidth_gbs),
+        lambda: target_rows(TARGET_AWQ, device, reps, bandwidth_gbs, AWQ_KERNELS),
+        lambda: hugging_face_rows(device, reps),
+    ):
         group = measure()
         release_gpu_memory()  # the group's models, before the next one loads
         for row in group:

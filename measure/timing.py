@@ -9,6 +9,7 @@ The end of the module holds what the GPU benchmark commands (`python -m measure.
 any work (a writable --out, a CUDA GPU, the modules they need), bandwidth floors, the environment
 they record, and their JSON output.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,23 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def summarize(device_ms: list[float], host_ms: list[float]) -> dict:
-    return {"median_ms": statistics.median(device_ms), "p10_ms": _quantile(device_ms, 0.1),
-            "p90_ms": _quantile(device_ms, 0.9), "n": len(device_ms), "host_ms": statistics.median(host_ms)}
+    return {
+        "median_ms": statistics.median(device_ms),
+        "p10_ms": _quantile(device_ms, 0.1),
+        "p90_ms": _quantile(device_ms, 0.9),
+        "n": len(device_ms),
+        "host_ms": statistics.median(host_ms),
+    }
 
 
-def time_op(fn: Callable, inputs: Sequence[tuple], device: torch.device, reps: int = 20, warmup: int = 3,
-            also_sync: Sequence[torch.device] = ()) -> dict:
+def time_op(
+    fn: Callable,
+    inputs: Sequence[tuple],
+    device: torch.device,
+    reps: int = 20,
+    warmup: int = 3,
+    also_sync: Sequence[torch.device] = (),
+) -> dict:
     """Time `fn(*inputs[i % len(inputs)])`; `also_sync` names other devices the operation touches
     (their work is then timed by the host clock after synchronizing them all)."""
     devices = [device, *also_sync]
@@ -84,8 +96,7 @@ def _time_op(fn, inputs, devices, reps: int, warmup: int, use_events: bool) -> d
     return summarize(device_ms, host_ms)
 
 
-def time_in_graph(fn: Callable, inputs: Sequence[tuple], device: torch.device, reps: int = 20,
-                  calls: int = 16) -> dict:
+def time_in_graph(fn: Callable, inputs: Sequence[tuple], device: torch.device, reps: int = 20, calls: int = 16) -> dict:
     """Device time per call of `fn` inside a CUDA graph, as a step that contains it pays it: no
     launch or input-copy overhead, and weights read from memory rather than from L2.
 
@@ -182,15 +193,24 @@ def gpu_environment(device: torch.device, bandwidth_gbs: float, weights_detail: 
         triton_version = importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:
         triton_version = None
-    return {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton_version,
-            "bandwidth_gbs": bandwidth_gbs, "weights": SYNTHETIC, "weights_detail": weights_detail, **more}
+    return {
+        "gpu": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "bandwidth_gbs": bandwidth_gbs,
+        "weights": SYNTHETIC,
+        "weights_detail": weights_detail,
+        **more,
+    }
 
 
 def environment_header(command: str, environment: dict) -> str:
     """The first line a benchmark prints: where it runs and that its weights are synthetic."""
-    return (f"{command} on {environment['gpu']} (torch {environment['torch']}, triton {environment['triton']}), "
-            f"copy rate {environment['bandwidth_gbs']:.0f} GB/s; weights: SYNTHETIC "
-            f"({environment['weights_detail']})")
+    return (
+        f"{command} on {environment['gpu']} (torch {environment['torch']}, triton {environment['triton']}), "
+        f"copy rate {environment['bandwidth_gbs']:.0f} GB/s; weights: SYNTHETIC "
+        f"({environment['weights_detail']})"
+    )
 
 
 def release_gpu_memory() -> None:

@@ -10,9 +10,14 @@ It writes the trace and run summary of `contracts.trace` (see `model.trace`).
 
 from contracts.cli import api_attribute
 
-_API = {"load_pair": "model.pair", "resolve_placement": "model.pair", "Pair": "model.pair",
-        "Decoder": "model.decoder", "select_prompts": "model.prompts", "load_model": "model.loading"}
-
+_API = {
+    "load_pair": "model.pair",
+    "resolve_placement": "model.pair",
+    "Pair": "model.pair",
+    "Decoder": "model.decoder",
+    "select_prompts": "model.prompts",
+    "load_model": "model.loading",
+}
 
 
 def __getattr__(name):

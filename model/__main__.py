@@ -13,7 +13,8 @@ from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
-from contracts.files import staged
+from contracts.files import check_output_file, staged
+from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
@@ -24,7 +25,8 @@ from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
 from model.pair import load_pair  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
-from model.trace import summarize, trace_lines  # noqa: E402
+from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
+
 EPILOG = """\
 prompt selections (--prompts):
   first:N            the first N Spec-Bench questions
@@ -39,45 +41,79 @@ acceptance control (--acceptance, synthetic weights only):
 outputs (--out DIR): SCHEDULE.trace.jsonl (specloop.trace/1) and SCHEDULE.summary.json
 (specloop.summary/1) for every schedule run; see docs/contracts.md.
 
+timeline (--timeline FILE): the first recorded (not warm-up) generation of the first speculative
+schedule run (the baseline when only it runs), as a Chrome/Perfetto trace with the simulator's
+stream and event names (python -m sim --timeline): each device's phases from CUDA events on one clock
+(perf_counter on the CPU, where both models share one device), the host's launches, reads and gaps.
+
 examples:
   python -m model --placement cpu --prompts first:2 --max-new-tokens 32 --acceptance a=0.5 --check-exact
+  python -m model --placement cpu --schedule deferred --acceptance a=0.5 --timeline out/timeline.json
   python -m model --target qwen3-32b-awq --draft qwen3-0.6b --head flashhead --probes 593 \\
       --placement two-gpu --schedule all --K 6 --acceptance a=0.43 --out out/run1
 """
 
 
 def parse_args(argv) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m model", description=__doc__, epilog=EPILOG,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="python -m model", description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = p.add_argument
     add("--target", default="tiny-qwen3", help="target model: a preset or a checkpoint folder (default tiny-qwen3)")
-    add("--draft", default="tiny-qwen3-draft",
-        help="draft model: a preset or a checkpoint folder (default tiny-qwen3-draft)")
+    add(
+        "--draft",
+        default="tiny-qwen3-draft",
+        help="draft model: a preset or a checkpoint folder (default tiny-qwen3-draft)",
+    )
     add("--head", default="dense", help=f"draft head: {' or '.join(HEADS)} (the target always uses its dense head)")
     add("--probes", type=int, default=None, help="FlashHead clusters scored exactly per step (default: clusters / 16)")
-    add("--clustering", default=None, metavar="DIR",
-        help="load the FlashHead clustering from DIR (published asset layout); default: build it from the draft's head")
+    add(
+        "--clustering",
+        default=None,
+        metavar="DIR",
+        help="load the FlashHead clustering from DIR (published asset layout); default: build it from the draft's head",
+    )
     add("--schedule", default="all", help=f"one of {', '.join(SCHEDULES)}, several joined by ',', or all (default)")
     add("--K", type=int, default=6, help="draft tokens proposed per round, >= 1 (default 6)")
     add("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included (default 64)")
     add("--prompts", default="first:2", help="which Spec-Bench prompts (see below; default first:2)")
     add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the copy shipped in model/data)")
-    add("--placement", default=None,
+    add(
+        "--placement",
+        default=None,
         help=f"{', '.join(PLACEMENTS)}: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU "
-             "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)")
+        "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+    )
     add("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)")
     add("--graphs", default="on", choices=["on", "off"], help="replay steps as CUDA graphs (on GPU; default on)")
-    add("--kernels", default=None, choices=["fused", "torch"],
-        help="layer kernels: fused (Triton, model/fused_ops.py) or torch (default: fused for Qwen3 on GPU)")
+    add(
+        "--kernels",
+        default=None,
+        choices=["fused", "torch"],
+        help="layer kernels: fused (Triton, model/fused_ops.py) or torch (default: fused for Qwen3 on GPU)",
+    )
     add("--acceptance", default=None, metavar="SPEC", help="acceptance control for synthetic weights (see below)")
     add("--seed", type=int, default=0, help="seed of synthetic weights, clustering and acceptance control (default 0)")
     add("--warmup", type=int, default=1, help="untimed generations of the first prompt per schedule (default 1)")
-    add("--phases", default="on", choices=["on", "off"],
-        help="record per-round phase times (CUDA events; default on; off removes their small overhead)")
+    add(
+        "--phases",
+        default="on",
+        choices=["on", "off"],
+        help="record per-round phase times (CUDA events; default on; off removes their small overhead)",
+    )
     add("--stop-at-eos", action="store_true", help="stop a generation at the tokenizer's EOS token (if it has one)")
-    add("--check-exact", action="store_true",
-        help="compare every output with target-only greedy decoding; exit 1 on a mismatch")
+    add(
+        "--check-exact",
+        action="store_true",
+        help="compare every output with target-only greedy decoding; exit 1 on a mismatch",
+    )
     add("--out", default=None, metavar="DIR", help="folder for traces and summaries (created at the end, all at once)")
+    add(
+        "--timeline",
+        default=None,
+        metavar="FILE",
+        help="write one generation's streams as a Chrome/Perfetto trace (JSON; see below)",
+    )
     return p.parse_args(argv)
 
 
@@ -93,29 +129,57 @@ def run(args) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
+    if args.timeline:
+        if args.phases == "off":
+            raise UsageError("--timeline needs the phase times (--phases on)")
+        check_output_file(Path(args.timeline), "--timeline")
+    # the timeline's schedule: the first speculative one run (the baseline when only it runs)
+    args.timeline_schedule = next((s for s in schedules if s != "baseline"), schedules[0]) if args.timeline else None
     prompts = select_prompts(args.prompts, args.prompts_file)
     speculative = any(s != "baseline" for s in schedules)
-    pair = load_pair(args.target, args.draft if speculative else None, args.placement, args.dtype, args.seed,
-                     args.kernels, args.clustering)
+    pair = load_pair(
+        args.target,
+        args.draft if speculative else None,
+        args.placement,
+        args.dtype,
+        args.seed,
+        args.kernels,
+        args.clustering,
+    )
     ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
     reference_len = args.max_new_tokens + (2 * args.K + 2 if args.acceptance else 0)
     pair.size_caches([len(x) for x in ids], reference_len, args.K)
     control = pair.acceptance_control(args.acceptance) if speculative else None
     head = pair.head(args.head, args.probes) if speculative else None
-    decoder = pair.decoder(head, args.K, graphs=args.graphs == "on", control=control, phases=args.phases == "on",
-                           stop_at_eos=args.stop_at_eos)
+    decoder = pair.decoder(
+        head,
+        args.K,
+        graphs=args.graphs == "on",
+        control=control,
+        phases=args.phases == "on",
+        stop_at_eos=args.stop_at_eos,
+    )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
     results = _decode(decoder, schedules, prompts, ids, references, control, args)
-    config = {"target": args.target, "draft": args.draft if speculative else None, "weights": pair.weights,
-              "placement": pair.placement, "graphs": decoder.graphs, "kernels": pair.target.info["kernels"],
-              "awq_kernel": pair.target.info["kernel"], "max_new_tokens": args.max_new_tokens,
-              "prompts": [p.id for p in prompts]}
+    config = {
+        "target": args.target,
+        "draft": args.draft if speculative else None,
+        "weights": pair.weights,
+        "placement": pair.placement,
+        "graphs": decoder.graphs,
+        "kernels": pair.target.info["kernels"],
+        "awq_kernel": pair.target.info["kernel"],
+        "max_new_tokens": args.max_new_tokens,
+        "prompts": [p.id for p in prompts],
+    }
     if control is not None:
         config["acceptance_control"] = control.describe()
     summaries = {s: summarize({**config, **_head_config(s, head, args)}, runs) for s, runs in results.items()}
     if out is not None:
         _write_outputs(out, results, summaries)
+    if args.timeline:
+        _write_timeline(Path(args.timeline), args.timeline_schedule, results, summaries, decoder)
     mismatches = _check_exact(results, references, args) if args.check_exact else {}
     _print_table(summaries, config, args, mismatches if args.check_exact else None)
     for line in mismatches.values():
@@ -155,7 +219,10 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
                 if control is not None:
                     control.bind(references[prompt.id], len(x), prompt.id)
                 bar.set_postfix_str(f"{schedule} {prompt.id}")
+                # the timeline: the first recorded generation of its schedule only
+                dec.clock.timeline = schedule == args.timeline_schedule and index == args.warmup
                 generation = dec.generate(x, args.max_new_tokens, schedule)
+                dec.clock.timeline = False
                 if index >= args.warmup:
                     results[schedule].append((prompt.id, generation))
                 bar.update()
@@ -167,11 +234,30 @@ def _write_outputs(out: Path, results, summaries) -> None:
     with staged(out, merge=True) as folder:
         for schedule, runs in results.items():
             config = summaries[schedule]["config"]
-            lines = [line for pid, g in runs for line in
-                     trace_lines(g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"],
-                                 probes=config["probes"])]
+            lines = [
+                line
+                for pid, g in runs
+                for line in trace_lines(
+                    g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"], probes=config["probes"]
+                )
+            ]
             write_trace(folder / f"{schedule}.trace.jsonl", lines)
             write_summary(folder / f"{schedule}.summary.json", summaries[schedule])
+
+
+def _write_timeline(path: Path, schedule: str, results, summaries, decoder) -> None:
+    """The timeline of the first recorded generation of `schedule`."""
+    prompt_id, generation = results[schedule][0]
+    chosen = (
+        "the first recorded (not warm-up) generation of the first speculative schedule run"
+        if schedule != "baseline"
+        else "the first recorded generation of the baseline (no speculative schedule ran)"
+    )
+    meta = timeline_meta(
+        generation, summaries[schedule]["config"], prompt_id, decoder.target_device.type == "cuda", chosen
+    )
+    write_timeline(path, generation.timeline, meta)
+    print(f"wrote {path} (timeline of {meta['configuration']['name']}, prompt {prompt_id})")
 
 
 def _check_exact(results, references, args) -> dict[str, str]:
@@ -184,30 +270,45 @@ def _check_exact(results, references, args) -> dict[str, str]:
                 at = next((i for i, (a, b) in enumerate(zip(g.tokens, want)) if a != b), min(len(g.tokens), len(want)))
                 got_tok = g.tokens[at] if at < len(g.tokens) else "end"
                 want_tok = want[at] if at < len(want) else "end"
-                problems[schedule] = (f"{schedule} differs from target-only greedy on prompt {pid} at token {at} "
-                                      f"(got {got_tok}, expected {want_tok})")
+                problems[schedule] = (
+                    f"{schedule} differs from target-only greedy on prompt {pid} at token {at} "
+                    f"(got {got_tok}, expected {want_tok})"
+                )
     return problems
 
 
 def _print_table(summaries, config, args, mismatches: dict | None) -> None:
     draft = f", draft {config['draft']}" if config["draft"] else ""
-    print(f"target {config['target']}{draft} | weights: {config['weights']} | placement {config['placement']} | "
-          f"graphs {'on' if config['graphs'] else 'off'} | kernels {config['kernels']} ({config['awq_kernel']}) | "
-          f"K={args.K} | {len(config['prompts'])} prompts x "
-          f"{args.max_new_tokens} tokens")
+    print(
+        f"target {config['target']}{draft} | weights: {config['weights']} | placement {config['placement']} | "
+        f"graphs {'on' if config['graphs'] else 'off'} | kernels {config['kernels']} ({config['awq_kernel']}) | "
+        f"K={args.K} | {len(config['prompts'])} prompts x "
+        f"{args.max_new_tokens} tokens"
+    )
     if config["weights"] == "synthetic":
-        note = (f"acceptance controlled ({args.acceptance})" if args.acceptance else
-                "acceptance between random-weight models is meaningless; use --acceptance a=RATE")
+        note = (
+            f"acceptance controlled ({args.acceptance})"
+            if args.acceptance
+            else "acceptance between random-weight models is meaningless; use --acceptance a=RATE"
+        )
         print(f"synthetic weights: timings are real, outputs are not language; {note}")
     base = summaries.get("baseline", {}).get("decode_tok_s")
     header = ("schedule", "head", "K", "tok/s", "speedup", "TTFT ms", "accept", "emitted", "verify", "append")
     rows = [header + (("exact",) if mismatches is not None else ())]
     for schedule, s in summaries.items():
         c = s["config"]
-        row = (schedule, c["head"] + (f" p={c['probes']}" if c["head"] == "flashhead" else ""), str(c["K"]),
-               f"{s['decode_tok_s']:.2f}", f"{s['decode_tok_s'] / base:.3f}x" if base else "-",
-               f"{s['ttft_ms']:.1f}", "-" if s["acceptance"] is None else f"{s['acceptance']:.3f}",
-               f"{s['mean_emitted']:.3f}", str(s["verify_calls"]), str(s["append_calls"]))
+        row = (
+            schedule,
+            c["head"] + (f" p={c['probes']}" if c["head"] == "flashhead" else ""),
+            str(c["K"]),
+            f"{s['decode_tok_s']:.2f}",
+            f"{s['decode_tok_s'] / base:.3f}x" if base else "-",
+            f"{s['ttft_ms']:.1f}",
+            "-" if s["acceptance"] is None else f"{s['acceptance']:.3f}",
+            f"{s['mean_emitted']:.3f}",
+            str(s["verify_calls"]),
+            str(s["append_calls"]),
+        )
         rows.append(row + (("NO" if schedule in mismatches else "yes",) if mismatches is not None else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

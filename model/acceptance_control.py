@@ -43,12 +43,14 @@ class AcceptanceControl:
         `key` (the prompt id) seeds the i.i.d. bits, so each prompt gets its own stream."""
         capacity = self.reference.numel()
         if prompt_len + len(reference) > capacity:
-            raise UsageError(f"acceptance control holds {capacity} positions, the prompt and reference need "
-                             f"{prompt_len + len(reference)}")
+            raise UsageError(
+                f"acceptance control holds {capacity} positions, the prompt and reference need "
+                f"{prompt_len + len(reference)}"
+            )
         ref = torch.zeros(capacity, dtype=torch.long)
-        ref[prompt_len:prompt_len + len(reference)] = torch.tensor(reference, dtype=torch.long)
+        ref[prompt_len : prompt_len + len(reference)] = torch.tensor(reference, dtype=torch.long)
         bits = torch.zeros(capacity, dtype=torch.bool)
-        bits[prompt_len + 1:] = self._bits(capacity - prompt_len - 1, key)
+        bits[prompt_len + 1 :] = self._bits(capacity - prompt_len - 1, key)
         self.reference.copy_(ref)
         self.accept.copy_(bits)
 
@@ -79,5 +81,7 @@ def parse_spec(spec: str) -> tuple[str, float | None, list[int] | None]:
                 return "pattern", None, bits
     except ValueError:
         pass
-    raise UsageError(f"bad acceptance control {spec!r}; valid: a=RATE with RATE in [0, 1] (e.g. a=0.43), "
-                     "or pattern=BITS with comma-separated 0/1 (e.g. pattern=1,1,0)")
+    raise UsageError(
+        f"bad acceptance control {spec!r}; valid: a=RATE with RATE in [0, 1] (e.g. a=0.43), "
+        "or pattern=BITS with comma-separated 0/1 (e.g. pattern=1,1,0)"
+    )

@@ -76,7 +76,9 @@ class AWQLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, group_size: int):
         super().__init__()
         if in_features % group_size or out_features % 8:
-            raise ValueError(f"AWQ needs in ({in_features}) % group ({group_size}) == 0 and out ({out_features}) % 8 == 0")
+            raise ValueError(
+                f"AWQ needs in ({in_features}) % group ({group_size}) == 0 and out ({out_features}) % 8 == 0"
+            )
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
         groups = in_features // group_size
         self.register_buffer("qweight", torch.zeros(in_features, out_features // 8, dtype=torch.int32))
@@ -126,8 +128,11 @@ class AWQLinear(nn.Module):
     def randomize_(self, generator: torch.Generator, weight_std: float = 0.02) -> None:
         """Random codes and zero points, scales that give weights of about `weight_std` (synthetic models)."""
         for packed in (self.qweight, self.qzeros):
-            packed.copy_(torch.randint(-(2**31), 2**31 - 1, packed.shape, dtype=torch.int32,
-                                       generator=generator, device=packed.device))
+            packed.copy_(
+                torch.randint(
+                    -(2**31), 2**31 - 1, packed.shape, dtype=torch.int32, generator=generator, device=packed.device
+                )
+            )
         code_std = 6.5  # std of (q - z) for independent uniform q, z in 0..15
         self.scales.uniform_(0.5 * weight_std / code_std, 1.5 * weight_std / code_std, generator=generator)
 
@@ -156,8 +161,12 @@ class AWQLinear(nn.Module):
             except RuntimeError:
                 if kernel:
                     raise
-                warnings.warn(f"AWQ kernel {name} failed or disagreed with the dequantized reference; falling "
-                              f"back (select_kernel({name!r}) raises the details)", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"AWQ kernel {name} failed or disagreed with the dequantized reference; falling "
+                    f"back (select_kernel({name!r}) raises the details)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 continue
             self.kernel, self._run = name, run
             return name
@@ -165,9 +174,13 @@ class AWQLinear(nn.Module):
 
     def _preparers(self) -> dict:
         """Each kernel's preparation: it builds the layer's forward for `dtype`, or raises KernelUnavailable."""
-        return {"triton": self._prepare_triton, "awq_ext": self._prepare_awq_ext,
-                "int4pack_cuda": self._prepare_int4pack_cuda, "int4pack_cpu": self._prepare_int4pack_cpu,
-                "dequant": self._prepare_dequant}
+        return {
+            "triton": self._prepare_triton,
+            "awq_ext": self._prepare_awq_ext,
+            "int4pack_cuda": self._prepare_int4pack_cuda,
+            "int4pack_cpu": self._prepare_int4pack_cpu,
+            "dequant": self._prepare_dequant,
+        }
 
     def _automatic_kernels(self) -> tuple[str, ...]:
         """KERNELS in order, less triton off CUDA (its interpreter is for tests: named only)."""
@@ -181,8 +194,10 @@ class AWQLinear(nn.Module):
         want = F.linear(probe.float(), self.dequantize())
         error, scale = (got - want).abs().max().item(), want.abs().max().item()
         if not error <= 0.02 * scale + 1e-4:
-            raise RuntimeError(f"AWQ kernel {name} disagrees with the dequantized reference: "
-                               f"max error {error:.3g} for outputs up to {scale:.3g}")
+            raise RuntimeError(
+                f"AWQ kernel {name} disagrees with the dequantized reference: "
+                f"max error {error:.3g} for outputs up to {scale:.3g}"
+            )
 
     def _flat(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return x.reshape(-1, self.in_features).to(dtype).contiguous()
@@ -209,8 +224,9 @@ class AWQLinear(nn.Module):
 
         # The weights repacked (the int4 codes twice in memory, as int4pack's repack also costs), and
         # split-K tickets for up to 64 rows, both kept for every call.
-        planes = awq_triton.pack_planes(unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales,
-                                        self.group_size)
+        planes = awq_triton.pack_planes(
+            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size
+        )
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
 
         def run(x):
@@ -257,7 +273,9 @@ class AWQLinear(nn.Module):
         scales_and_zeros = self._scales_and_zeros(dtype)
 
         def run(x):
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(self._flat(x, dtype), weight, self.group_size, scales_and_zeros)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                self._flat(x, dtype), weight, self.group_size, scales_and_zeros
+            )
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
         return run

@@ -63,6 +63,7 @@ class Planes(NamedTuple):
     """An AWQ layer's weights as pack_planes makes them: codes int32 [N' / block_n, IN' / 128, block_n,
     16] and groups int32 [N' / block_n, groups', block_n], each a group's fp16 scale (high half) and
     zero point (low bits) for a column (IN', N', groups' padded with zero codes and scales)."""
+
     codes: torch.Tensor
     groups: torch.Tensor
     in_features: int
@@ -90,8 +91,9 @@ def int32_bits(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= 2**31, values - 2**32, values).to(torch.int32)
 
 
-def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group_size: int,
-                block_n: int = BLOCK_N) -> Planes:
+def pack_planes(
+    codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group_size: int, block_n: int = BLOCK_N
+) -> Planes:
     """codes [IN, N] and zero points [IN / group, N] (integers 0..15, unpacked), scales [IN / group, N]
     -> Planes (see the module docstring for the word layout)."""
     IN, N = codes.shape
@@ -113,12 +115,12 @@ def pack_planes(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, 
 
     per_group = torch.zeros(groups, n_padded, dtype=torch.int64, device=codes.device)
     scale_bits = scales.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
-    per_group[:zeros.shape[0], :N] = (scale_bits << 16) | zeros.to(torch.int64)
+    per_group[: zeros.shape[0], :N] = (scale_bits << 16) | zeros.to(torch.int64)
     per_group = int32_bits(per_group)
     return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), IN, N, group_size)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -136,8 +138,14 @@ def default_splits(M: int, planes: Planes, device: torch.device) -> int:
     return next((d for d in divisors if d >= _SPLITS[0] and tiles * d >= want), divisors[-1])
 
 
-def w4a16_matmul(x: torch.Tensor, planes: Planes, splits: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, tickets: torch.Tensor | None = None) -> torch.Tensor:
+def w4a16_matmul(
+    x: torch.Tensor,
+    planes: Planes,
+    splits: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    tickets: torch.Tensor | None = None,
+) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
@@ -145,7 +153,7 @@ def w4a16_matmul(x: torch.Tensor, planes: Planes, splits: int | None = None, num
     call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
-    if IN != planes.in_features:
+    if planes.in_features != IN:
         raise ValueError(f"x has {IN} features, the planes {planes.in_features}")
     reason = unsupported(IN, N, planes.group_size, x.dtype)
     if reason:
@@ -168,19 +176,39 @@ def w4a16_matmul(x: torch.Tensor, planes: Planes, splits: int | None = None, num
         tickets = torch.zeros(grid[0] * grid[2], dtype=torch.int32, device=x.device)  # fresh (a memset launch)
     with launching_on(x.device):
         _w4a16_kernel[grid](
-            x, planes.codes, planes.groups, partials, y, tickets, M, N, IN, x.stride(0),
-            steps // splits, planes.groups.shape[1], GROUP=planes.group_size, BLOCK_M=BLOCK_M,
-            BLOCK_N=planes.block_n, SPLITS=splits, EVEN_IN=IN % STEP_IN == 0, MAGIC=_MAGIC.get(x.dtype, 0),
-            PTX=x.is_cuda, num_warps=num_warps or LAUNCH["num_warps"], num_stages=num_stages or LAUNCH["num_stages"])
+            x,
+            planes.codes,
+            planes.groups,
+            partials,
+            y,
+            tickets,
+            M,
+            N,
+            IN,
+            x.stride(0),
+            steps // splits,
+            planes.groups.shape[1],
+            GROUP=planes.group_size,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=planes.block_n,
+            SPLITS=splits,
+            EVEN_IN=IN % STEP_IN == 0,
+            MAGIC=_MAGIC.get(x.dtype, 0),
+            PTX=x.is_cuda,
+            num_warps=num_warps or LAUNCH["num_warps"],
+            num_stages=num_stages or LAUNCH["num_stages"],
+        )
     return y
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
     """$0, $1 <- the low and high halves of words $2, $3 (already shifted), masked to their codes,
     or-ed with OFFSET, gathered (low halves, then high halves) and minus OFFSET + z ($4, both halves)."""
-    return ("{ .reg .b32 a, b; "
-            f"lop3.b32 a, $2, 0x000F000F, {magic * 0x10001}, 0xea; lop3.b32 b, $3, 0x000F000F, {magic * 0x10001}, 0xea; "
-            f"prmt.b32 $0, a, b, 0x5410; prmt.b32 $1, a, b, 0x7632; {subtract} $0, $0, $4; {subtract} $1, $1, $4; }}")
+    return (
+        "{ .reg .b32 a, b; "
+        f"lop3.b32 a, $2, 0x000F000F, {magic * 0x10001}, 0xea; lop3.b32 b, $3, 0x000F000F, {magic * 0x10001}, 0xea; "
+        f"prmt.b32 $0, a, b, 0x5410; prmt.b32 $1, a, b, 0x7632; {subtract} $0, $0, $4; {subtract} $1, $1, $4; }}"
+    )
 
 
 if triton is not None:
@@ -188,9 +216,27 @@ if triton is not None:
     _FP16_PAIRS = tl.constexpr(_pairs_ptx(_MAGIC[torch.float16], "sub.rn.f16x2"))
 
     @triton.jit
-    def _w4a16_kernel(x_ptr, w_ptr, g_ptr, part_ptr, y_ptr, ticket_ptr, M, N, IN, stride_xm,
-                      steps_per_split, groups, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      SPLITS: tl.constexpr, EVEN_IN: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
+    def _w4a16_kernel(
+        x_ptr,
+        w_ptr,
+        g_ptr,
+        part_ptr,
+        y_ptr,
+        ticket_ptr,
+        M,
+        N,
+        IN,
+        stride_xm,
+        steps_per_split,
+        groups,
+        GROUP: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        SPLITS: tl.constexpr,
+        EVEN_IN: tl.constexpr,
+        MAGIC: tl.constexpr,
+        PTX: tl.constexpr,
+    ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         written to y when there is one split; else to part[split], and the tile's last split to arrive
         (a ticket per tile) sums the parts in split order into y and resets the ticket. MAGIC: OFFSET's
@@ -206,8 +252,12 @@ if triton is not None:
         rj = tl.arange(0, 16)
         m_in = rm < M
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [16 rows of IN, BLOCK_M]
-        words = (w_ptr + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
-                 + tl.arange(0, BLOCK_N)[:, None] * 16 + rj[None, :])
+        words = (
+            w_ptr
+            + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
+            + tl.arange(0, BLOCK_N)[:, None] * 16
+            + rj[None, :]
+        )
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -260,12 +310,22 @@ if triton is not None:
                 z_pairs = tl.broadcast_to(offset_z[:, None], P.shape)
                 if dtype == tl.bfloat16:
                     low, high = tl.inline_asm_elementwise(
-                        _BF16_PAIRS, "=r,=r,r,r,r", [P >> (4 * I), z_pairs], dtype=(tl.bfloat16, tl.bfloat16),
-                        is_pure=True, pack=2)
+                        _BF16_PAIRS,
+                        "=r,=r,r,r,r",
+                        [P >> (4 * I), z_pairs],
+                        dtype=(tl.bfloat16, tl.bfloat16),
+                        is_pure=True,
+                        pack=2,
+                    )
                 else:
                     low, high = tl.inline_asm_elementwise(
-                        _FP16_PAIRS, "=r,=r,r,r,r", [P >> (4 * I), z_pairs], dtype=(tl.float16, tl.float16),
-                        is_pure=True, pack=2)
+                        _FP16_PAIRS,
+                        "=r,=r,r,r,r",
+                        [P >> (4 * I), z_pairs],
+                        dtype=(tl.float16, tl.float16),
+                        is_pure=True,
+                        pack=2,
+                    )
             else:
                 pairs = ((P >> (4 * I)) & 0x000F000F) | (MAGIC * 0x10001)
                 low = pairs.to(tl.int16).to(dtype, bitcast=True) - offset_z[:, None]

@@ -10,8 +10,7 @@ import torch
 from contracts import UsageError
 from contracts.cli import run_command
 
-OUT_OF_MEMORY = ("out of GPU memory (try fewer or shorter prompts, fewer tokens, a smaller model or another "
-                 "placement)")
+OUT_OF_MEMORY = "out of GPU memory (try fewer or shorter prompts, fewer tokens, a smaller model or another placement)"
 
 
 def run_torch_command(body: Callable[[], int | None]) -> int:

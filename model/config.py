@@ -159,7 +159,9 @@ def _rope_thetas(cfg: dict, arch: str) -> tuple[float, float]:
 def _default_layer_types(cfg: dict, arch: str, n_layers: int) -> list[str]:
     """Hugging Face's rule when config.json has no layer_types."""
     if arch == "gemma3":
-        pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or _DEFAULT_GEMMA_SLIDING_PATTERN
+        pattern = (
+            cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or _DEFAULT_GEMMA_SLIDING_PATTERN
+        )
         return [SLIDING if (i + 1) % pattern else FULL for i in range(n_layers)]
     if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
         first_sliding = cfg.get("max_window_layers", n_layers)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -55,13 +55,82 @@ class PhaseClock:
     where device phases overlap (two GPUs), whose sum may then exceed the wall time. The host gap
     of a read is the host's time from the read's end to its next device phase: the Python work on
     the critical path, which every device waits for; each round records the gaps of its reads.
+
+    `timeline` (needs `enabled`; off by default, and then nothing more is recorded): also keep where
+    every interval lies on one clock, for `intervals()` (contracts.timeline): each device phase on its
+    device's stream (`streams` names them), the host's time issuing it, its reads and its gaps, and
+    the prefills, the draft's prefill and (two devices) the token copies, which the phases do not time.
+    On GPU a device interval is a pair of CUDA events read against a reference event recorded on each
+    device when the generation begins (`begin`: the devices idle, the host time at which it ran is
+    known within microseconds); the host's intervals are perf_counter times. On the CPU every
+    interval is perf_counter times.
     """
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, timeline: bool = False, streams: dict | None = None):
         self.enabled = enabled
         self.rounds: list[dict[str, list]] = []
         self.marks: list[float] = []
         self.read_end: tuple[int, float] | None = None  # (round, perf_counter time) of the last read's end
+        self.timeline = timeline
+        self.streams = streams or {}  # device -> the stream name of its work on the timeline
+        self.spans: list[tuple] = []  # timeline: (stream, name, device or None, start, end)
+        self.references: dict = {}  # timeline: device -> CUDA event recorded when the generation began
+        self.origins: dict = {}  # timeline: device -> the perf_counter time at which that event ran
+        self.begun = False  # timeline: `begin` ran for this generation
+
+    @property
+    def timeline(self) -> bool:
+        return self._timeline
+
+    @timeline.setter
+    def timeline(self, on: bool) -> None:
+        if on and not self.enabled:
+            raise UsageError("a timeline needs the phase times (phases on)")
+        self._timeline = bool(on)
+
+    def begin(self) -> None:
+        """Timeline: a generation begins (before its prefill), outside the timed windows. On each idle
+        GPU a reference event is recorded and waited for; it ran halfway between the host's record call
+        and the wait's return (within microseconds: the device does nothing else)."""
+        self.spans, self.references, self.origins, self.begun = [], {}, {}, True
+        for device in self.streams:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                event = torch.cuda.Event(enable_timing=True)
+                stream = torch.cuda.current_stream(device)
+                event.record(stream)  # the first record creates the CUDA event: not timed
+                event.synchronize()
+                before = time.perf_counter()
+                event.record(stream)
+                event.synchronize()
+                self.origins[device] = (before + time.perf_counter()) / 2
+                self.references[device] = event
+
+    def span(self, name: str, device: torch.device):
+        """Timeline only (a no-op context otherwise): time work that is no round phase on `device`."""
+        return self._span(name, device) if self._timeline else nullcontext()
+
+    @contextmanager
+    def _span(self, name: str, device: torch.device) -> Iterator[None]:
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            stream = torch.cuda.current_stream(device)
+            issued = time.perf_counter()
+            start.record(stream)
+            yield
+            end.record(stream)
+            self._spans(name, device, (start, end), (issued, time.perf_counter()))
+        else:
+            t0 = time.perf_counter()
+            yield
+            t1 = time.perf_counter()
+            self._spans(name, device, (t0, t1), (t0, t1))
+
+    def _spans(self, name: str, device: torch.device, work: tuple, issue: tuple) -> None:
+        """Timeline: work on the device's stream and the host's time issuing it (on the CPU the host
+        does the work: the same interval)."""
+        self.spans.append((self.streams.get(device, "target-device"), name, device, *work))
+        self.spans.append(("host", name, None, *issue))
 
     def reset(self, start: float) -> None:
         """A new generation whose decode phase started at perf_counter time `start`."""
@@ -80,19 +149,28 @@ class PhaseClock:
             return
         if self.read_end is not None:  # the first launch after a read closes its host gap
             index, end = self.read_end
-            self.rounds[index].setdefault("host_gap", []).append((time.perf_counter() - end) * 1e3)
+            now = time.perf_counter()
+            self.rounds[index].setdefault("host_gap", []).append((now - end) * 1e3)
             self.read_end = None
+            if self._timeline:
+                self.spans.append(("host", "host_gap", None, end, now))
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            issued = time.perf_counter() if self._timeline else None
             start.record(stream)
             yield
             end.record(stream)
             self.rounds[-1].setdefault(name, []).append((start, end))
+            if self._timeline:
+                self._spans(name, device, (start, end), (issued, time.perf_counter()))
         else:
             t0 = time.perf_counter()
             yield
-            self.rounds[-1].setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+            t1 = time.perf_counter()
+            self.rounds[-1].setdefault(name, []).append((t1 - t0) * 1e3)
+            if self._timeline:
+                self._spans(name, device, (t0, t1), (t0, t1))
 
     def read(self, packed: torch.Tensor) -> list[int]:
         """The host sync of a round: wait for the device, then time the materialization alone."""
@@ -105,7 +183,26 @@ class PhaseClock:
         if self.enabled:
             self.read_end = (len(self.rounds) - 1, time.perf_counter())
             self.rounds[-1].setdefault("sync", []).append((self.read_end[1] - t0) * 1e3)
+            if self._timeline:
+                self.spans.append(("host", "sync", None, t0, self.read_end[1]))
         return values
+
+    def intervals(self) -> list[tuple] | None:
+        """Timeline: the generation's intervals (stream, name, start_ms, end_ms, args) in ms from its
+        decode start (`marks[0]`); None without a timeline. Call after the generation's final read."""
+        if not self._timeline or not self.begun or not self.marks:
+            return None
+        out = []
+        for stream, name, device, start, end in self.spans:
+            if device is not None and device.type == "cuda":
+                end.synchronize()
+                reference = self.references[device]
+                shift = (self.origins[device] - self.marks[0]) * 1e3  # the reference event, from the decode start
+                a, b = shift + reference.elapsed_time(start), shift + reference.elapsed_time(end)
+            else:
+                a, b = (start - self.marks[0]) * 1e3, (end - self.marks[0]) * 1e3
+            out.append((stream, name, a, max(a, b), {}))
+        return out
 
     def results(self, end: float) -> list[tuple[dict[str, float], float, int]] | None:
         """Per round: (phase totals in ms, host gap total in ms, gap count); `end` closes the last
@@ -197,6 +294,11 @@ class Decoder:
     Prefill is not logged; the reads and the append at the end of a generation are. The simulator
     logs the same sequence for the same rounds (tests/test_schedule_parity.py).
 
+    `timeline` (off by default; needs `phases`; `clock.timeline` switches it per generation): each
+    generation also returns where its work lay on one clock (`Generation.timeline`, the intervals of
+    contracts.timeline: the device phases per device stream, the host's issue times, reads and gaps,
+    the prefills, and the token copies between two devices). Off, nothing more is recorded.
+
     `fixed_width` (default: on for CUDA) runs every target decode forward (baseline step, append,
     verify) over the same number of rows, `width()`: the real tokens, then dummy ones. GPU kernels
     pick their arithmetic by shape, so a token's bf16 logits from a 1-token forward and from a
@@ -206,9 +308,22 @@ class Decoder:
     ones, so the real rows never attend to them, and later forwards overwrite their cache slots.
     """
 
-    def __init__(self, target, draft=None, draft_head=None, *, K: int = 6, graphs: bool = True,
-                 control=None, phases: bool = True, eos_id: int | None = None, stop_at_eos: bool = False,
-                 fixed_width: bool | None = None, events: list | None = None):
+    def __init__(
+        self,
+        target,
+        draft=None,
+        draft_head=None,
+        *,
+        K: int = 6,
+        graphs: bool = True,
+        control=None,
+        phases: bool = True,
+        eos_id: int | None = None,
+        stop_at_eos: bool = False,
+        fixed_width: bool | None = None,
+        events: list | None = None,
+        timeline: bool = False,
+    ):
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
@@ -219,7 +334,9 @@ class Decoder:
         self.target_head = DenseHead(target.head_weight)
         self.eos_id = eos_id if stop_at_eos else None
         self.events = events
-        self.clock = PhaseClock(phases)
+        # on one device its one stream is the target's (as the simulator's one resource)
+        streams = {self.draft_device: "draft-device", self.target_device: "target-device"}
+        self.clock = PhaseClock(phases, timeline, streams)
         use_width = self.target_device.type == "cuda" if fixed_width is None else fixed_width
         self.rows = width(K) if use_width else None
         self.positions = torch.arange(max(K + 2, self.rows or 0), device=self.target_device)
@@ -263,7 +380,9 @@ class Decoder:
             self._target(torch.zeros(1, n, dtype=torch.long, device=self.target_device), start)
         if self.draft is not None:
             for n in (1, 2):
-                hidden, pos = self._body(torch.zeros(1, n, dtype=torch.long, device=self.draft_device), start.to(self.draft_device))
+                hidden, pos = self._body(
+                    torch.zeros(1, n, dtype=torch.long, device=self.draft_device), start.to(self.draft_device)
+                )
                 self._head(hidden, pos)
         for device in {self.target_device, self.draft_device}:
             torch.cuda.synchronize(device)
@@ -278,13 +397,20 @@ class Decoder:
         if max_new_tokens < 1 or not prompt_ids:
             raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
         self._check_room(len(prompt_ids), max_new_tokens)
+        if self.clock.timeline:
+            self.clock.begin()
         t0 = time.perf_counter()
         run = self._prefill(prompt_ids, max_new_tokens, with_draft=schedule != "baseline")
         schedules.RUNNERS[schedule](self, run)
         tokens, accepted = self._final_read(run)
         end = time.perf_counter()
         first = self.clock.marks[0]
-        return self._generation(run, tokens, accepted, (first - t0) * 1e3, (end - first) * 1e3, self.clock.results(end))
+        generation = self._generation(
+            run, tokens, accepted, (first - t0) * 1e3, (end - first) * 1e3, self.clock.results(end)
+        )
+        if self.clock.timeline:
+            generation.timeline = self.clock.intervals()
+        return generation
 
     def reference(self, prompt_ids: list[int], length: int) -> list[int]:
         """The target's greedy continuation (`length` tokens, the first one first), timing discarded."""
@@ -295,8 +421,10 @@ class Decoder:
         models = [self.target] + ([self.draft] if self.draft is not None else [])
         have = min(m.max_seq_len for m in models)
         if need > have:
-            raise UsageError(f"a {prompt_len}-token prompt with {max_new} new tokens and K={self.K} needs "
-                             f"{need} cache slots, the models have {have}")
+            raise UsageError(
+                f"a {prompt_len}-token prompt with {max_new} new tokens and K={self.K} needs "
+                f"{need} cache slots, the models have {have}"
+            )
 
     def _prefill(self, prompt_ids: list[int], max_new: int, with_draft: bool) -> Run:
         """Prefill and the first token (TTFT), then the decode state with f = the first token.
@@ -306,22 +434,38 @@ class Decoder:
         cross-device copy here: PyTorch's copy between GPUs waits for both devices' queued work."""
         P = len(prompt_ids)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target_device).view(1, -1)
-        prompt_d = torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
-        first = self.target_head.argmax(self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:])
+        prompt_d = (
+            torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
+        )
+        with self.clock.span("prefill", self.target_device):
+            first = self.target_head.argmax(
+                self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:]
+            )
         overlap = with_draft and self.draft_device != self.target_device
         if overlap:
-            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
+            with self.clock.span("initial", self.draft_device):
+                self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
         first_token = first.item()  # the first token reaches the host: TTFT ends, decoding starts
         self.clock.reset(time.perf_counter())
         if with_draft and not overlap:
-            self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
+            with self.clock.span("initial", self.draft_device):
+                self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
         cursor = [prompt_ids[-1], first_token, P]
         out = torch.zeros(max_new + self.K + 2, dtype=torch.long, device=self.target_device)
         out[:1] = first
         zero = torch.zeros(1, dtype=torch.long, device=self.target_device)
         accepted = torch.zeros(max_new, dtype=torch.long, device=self.target_device)
-        return Run(P, max_new, first_token, out, zero + 1, zero.bool(), accepted,
-                   _upload(cursor, self.target_device), _upload(cursor, self.draft_device))
+        return Run(
+            P,
+            max_new,
+            first_token,
+            out,
+            zero + 1,
+            zero.bool(),
+            accepted,
+            _upload(cursor, self.target_device),
+            _upload(cursor, self.draft_device),
+        )
 
     def _final_read(self, run: Run) -> tuple[list[int], list[int]]:
         """One read at the end: the tokens (cut at max_new, and after EOS when stopping there) and
@@ -341,8 +485,19 @@ class Decoder:
         for index, (acc, host) in enumerate(zip(accepted, run.rounds)):
             emitted = min(acc + 1, remaining)
             timed, gap_ms, gaps = phases[index] if phases else (None, None, None)
-            rounds.append(Round(host.proposed, acc, emitted, host.verify_skipped, run.prompt_len + emitted_before,
-                                host.lookahead_used, timed, gap_ms, gaps))
+            rounds.append(
+                Round(
+                    host.proposed,
+                    acc,
+                    emitted,
+                    host.verify_skipped,
+                    run.prompt_len + emitted_before,
+                    host.lookahead_used,
+                    timed,
+                    gap_ms,
+                    gaps,
+                )
+            )
             emitted_before += acc + 1
             remaining -= emitted
         return Generation(tokens, rounds, ttft_ms, decode_ms, run.verify_calls, run.append_calls)
@@ -394,6 +549,8 @@ class Decoder:
         later work waits for it. On one device `.to()` is a no-op, and no copy is logged."""
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
+            with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream
+                return x.to(self.target_device, non_blocking=True)
         return x.to(self.target_device, non_blocking=True)
 
     def to_draft(self, run: Run) -> None:
@@ -401,6 +558,9 @@ class Decoder:
         with the same two-way barrier."""
         if self.copies:
             self._event("copy_tokens", "target", run.cursor.numel())
+            with self.clock.span("copy_tokens", self.target_device):  # on the source's stream
+                run.draft_cursor = run.cursor.to(self.draft_device, non_blocking=True)
+            return
         run.draft_cursor = run.cursor.to(self.draft_device, non_blocking=True)
 
     def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:

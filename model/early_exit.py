@@ -35,11 +35,16 @@ def early_exit(model: Transformer, n_layers: int) -> Transformer:
     parameter tensors. Its cache is not set up (call `setup_cache`); it never touches `model`'s."""
     config = model.config
     if not 1 <= n_layers <= config.n_layers:
-        raise UsageError(f"early exit after {n_layers} layers: the model has {config.n_layers} (valid: 1..{config.n_layers})")
+        raise UsageError(
+            f"early exit after {n_layers} layers: the model has {config.n_layers} (valid: 1..{config.n_layers})"
+        )
     short = dataclasses.replace(config, n_layers=n_layers, layer_types=config.layer_types[:n_layers])
     with torch.device("meta"):
         draft = Transformer(short, model.embed_tokens.weight.dtype)
-    shared = {name: tensor for name, tensor in model.state_dict().items()
-              if not name.startswith("layers.") or int(name.split(".")[1]) < n_layers}
+    shared = {
+        name: tensor
+        for name, tensor in model.state_dict().items()
+        if not name.startswith("layers.") or int(name.split(".")[1]) < n_layers
+    }
     draft.load_state_dict(shared, assign=True)  # assign: the draft's parameters are these tensors
     return draft.requires_grad_(False).eval()

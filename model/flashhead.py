@@ -63,8 +63,9 @@ class Clustering:
         return Clustering(self.centroids.to(device), self.members.to(device), self.assignments.to(device))
 
 
-def build_clustering(head_weight: torch.Tensor, cluster_size: int = 16, iters: int = 10, seed: int = 0,
-                     candidates: int = 8) -> Clustering:
+def build_clustering(
+    head_weight: torch.Tensor, cluster_size: int = 16, iters: int = 10, seed: int = 0, candidates: int = 8
+) -> Clustering:
     """Balanced spherical k-means of the LM-head rows, on the weight's device.
 
     c = ceil(V / b) centroids start at distinct random rows (seeded, so the result is deterministic
@@ -103,7 +104,7 @@ def _scores_topk(x: torch.Tensor, centroids: torch.Tensor, k: int, floor: torch.
     rows = max(1, _CHUNK_ELEMENTS // centroids.shape[0])
     values, indices = [], []
     for start in range(0, x.shape[0], rows):
-        s = x[start:start + rows] @ centroids.T
+        s = x[start : start + rows] @ centroids.T
         if floor is not None:
             s = s.masked_fill(s <= floor, -math.inf)
         v, i = torch.topk(s, k, dim=1)
@@ -194,8 +195,13 @@ def save_assets(clustering: Clustering, folder: str | os.PathLike) -> Path:
     assets.mkdir(parents=True, exist_ok=True)
     target = assets / ASSET_FILE
     tmp = target.with_name(f".{ASSET_FILE}.{os.getpid()}.tmp")
-    save_file({"centroids": clustering.centroids.detach().float().T.contiguous().cpu(),
-               "cluster_assignments": clustering.assignments.detach().long().contiguous().cpu()}, str(tmp))
+    save_file(
+        {
+            "centroids": clustering.centroids.detach().float().T.contiguous().cpu(),
+            "cluster_assignments": clustering.assignments.detach().long().contiguous().cpu(),
+        },
+        str(tmp),
+    )
     os.replace(tmp, target)
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
@@ -231,8 +237,10 @@ def load_assets(folder: str | os.PathLike) -> Clustering:
     if centroids.dim() < 2 or any(n != 1 for n in centroids.shape[:-2]):
         raise UsageError(f"centroids must be [d, c] (optionally with leading 1s), got {tuple(centroids.shape)}")
     if assignments.dim() != 1 or assignments.dtype.is_floating_point or assignments.numel() == 0:
-        raise UsageError(f"cluster_assignments must be a non-empty integer vector, got "
-                         f"{assignments.dtype} {tuple(assignments.shape)}")
+        raise UsageError(
+            f"cluster_assignments must be a non-empty integer vector, got "
+            f"{assignments.dtype} {tuple(assignments.shape)}"
+        )
     centroids = centroids.reshape(centroids.shape[-2:]).T.float().contiguous()
     assignments = assignments.long()
     c = centroids.shape[0]
@@ -242,6 +250,8 @@ def load_assets(folder: str | os.PathLike) -> Clustering:
     b = int(counts.max())
     short = int((counts != b).sum())
     if short > 1 or int(counts.min()) == 0:
-        raise UsageError(f"unbalanced FlashHead clusters in {path}: sizes range {int(counts.min())}..{b}; "
-                         "all clusters must hold the same number of tokens (one may hold fewer)")
+        raise UsageError(
+            f"unbalanced FlashHead clusters in {path}: sizes range {int(counts.min())}..{b}; "
+            "all clusters must hold the same number of tokens (one may hold fewer)"
+        )
     return Clustering(centroids, _members_from_assignments(assignments, c, b), assignments)

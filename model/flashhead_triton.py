@@ -75,13 +75,19 @@ def _workspace(workspace: Workspace | None, rows: int, device: torch.device) -> 
     if workspace is None:
         return Workspace(rows, device)
     if workspace.rows != rows or workspace.calls.device != device:
-        raise ValueError(f"workspace is for {workspace.rows} rows on {workspace.calls.device}, "
-                         f"the call has {rows} on {device}")
+        raise ValueError(
+            f"workspace is for {workspace.rows} rows on {workspace.calls.device}, the call has {rows} on {device}"
+        )
     return workspace
 
 
-def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
-                     weight: torch.Tensor, always: torch.Tensor | None = None) -> torch.Tensor:
+def stage2_reference(
+    hidden: torch.Tensor,
+    cluster_ids: torch.Tensor,
+    members: torch.Tensor,
+    weight: torch.Tensor,
+    always: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Pure-torch stage 2: hidden [n, d], cluster_ids [n, p], members [c, b], weight [V, d],
     always [a] (token ids scored for every row) -> token ids [n]. Also the CPU/fallback path."""
     n = hidden.shape[0]
@@ -95,8 +101,9 @@ def stage2_reference(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: t
     return torch.where(scores == best, tokens, weight.shape[0]).amin(dim=1)
 
 
-def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int,
-                    workspace: Workspace | None = None) -> torch.Tensor:
+def select_clusters(
+    hidden: torch.Tensor, centroids: torch.Tensor, probes: int, workspace: Workspace | None = None
+) -> torch.Tensor:
     """hidden [n, d] (the head's dtype), centroids [c, d] -> the ids [n, probes] of the highest-scoring
     clusters, in increasing id order. 2 launches for bf16 (+1 per further key byte), no sync. With
     a shared workspace, stage2_argmax must follow (it ends the call)."""
@@ -110,23 +117,41 @@ def select_clusters(hidden: torch.Tensor, centroids: torch.Tensor, probes: int,
         centroid_launch = _launch(CENTROID_LAUNCH, hidden.device)
         programs = triton.cdiv(c, centroid_launch["BLOCK_C"])
         _centroid_keys_kernel[(n, programs)](
-            hidden, centroids, keys, work.counters, work.best, work.calls, c, d, n,
-            ROUND_BF16=centroids.dtype == torch.bfloat16, ROUND_FP16=centroids.dtype == torch.float16,
-            RESET=triton.next_power_of_2(triton.cdiv(COUNTERS, programs)), **centroid_launch)
+            hidden,
+            centroids,
+            keys,
+            work.counters,
+            work.best,
+            work.calls,
+            c,
+            d,
+            n,
+            ROUND_BF16=centroids.dtype == torch.bfloat16,
+            ROUND_FP16=centroids.dtype == torch.float16,
+            RESET=triton.next_power_of_2(triton.cdiv(COUNTERS, programs)),
+            **centroid_launch,
+        )
         count_launch = _launch(COUNT_LAUNCH, hidden.device)
         for level in range(2, levels):
             _count_kernel[(n, triton.cdiv(c, count_launch["CHUNK"]))](
-                keys, work.counters, work.calls, c, probes, n, LEVEL=level, **count_launch)
+                keys, work.counters, work.calls, c, probes, n, LEVEL=level, **count_launch
+            )
         select_launch = _launch(SELECT_LAUNCH, hidden.device)
         select_launch["EARLIER"] = min(triton.next_power_of_2(c), select_launch["EARLIER"])
         _select_kernel[(n, triton.cdiv(c, select_launch["SLICE"]))](
-            keys, work.counters, work.calls, out, c, probes, n, LEVELS=levels, **select_launch)
+            keys, work.counters, work.calls, out, c, probes, n, LEVELS=levels, **select_launch
+        )
     return out
 
 
-def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torch.Tensor,
-                  weight: torch.Tensor, always: torch.Tensor | None = None,
-                  workspace: Workspace | None = None) -> torch.Tensor:
+def stage2_argmax(
+    hidden: torch.Tensor,
+    cluster_ids: torch.Tensor,
+    members: torch.Tensor,
+    weight: torch.Tensor,
+    always: torch.Tensor | None = None,
+    workspace: Workspace | None = None,
+) -> torch.Tensor:
     """Triton stage 2 with the signature and result of `stage2_reference`; one launch, no sync.
 
     Program (row, j) scores the tokens of the row's j-th probed cluster (past the p clusters: the
@@ -153,10 +178,30 @@ def stage2_argmax(hidden: torch.Tensor, cluster_ids: torch.Tensor, members: torc
     out = torch.empty((n,), dtype=torch.int64, device=hidden.device)
     with launching_on(hidden.device):
         _stage2_kernel[(n, blocks)](
-            hidden, hidden.stride(0), cluster_ids, cluster_ids.stride(0), members, weight, weight.stride(0),
-            always_ptr, work.counters, work.best, work.calls, out, p, b, a, d, blocks, n,
-            ROUND_BF16=weight.dtype == torch.bfloat16, ROUND_FP16=weight.dtype == torch.float16,
-            BLOCK_B=triton.next_power_of_2(b), ROWS=min(triton.next_power_of_2(n), 64), **launch)
+            hidden,
+            hidden.stride(0),
+            cluster_ids,
+            cluster_ids.stride(0),
+            members,
+            weight,
+            weight.stride(0),
+            always_ptr,
+            work.counters,
+            work.best,
+            work.calls,
+            out,
+            p,
+            b,
+            a,
+            d,
+            blocks,
+            n,
+            ROUND_BF16=weight.dtype == torch.bfloat16,
+            ROUND_FP16=weight.dtype == torch.float16,
+            BLOCK_B=triton.next_power_of_2(b),
+            ROWS=min(triton.next_power_of_2(n), 64),
+            **launch,
+        )
     return out
 
 
@@ -205,9 +250,22 @@ if triton is not None:
         return tl.sum(acc, axis=1)
 
     @triton.jit
-    def _centroid_keys_kernel(h_ptr, c_ptr, key_ptr, counter_ptr, best_ptr, calls_ptr, C, D: tl.constexpr, n_rows,
-                              ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr, RESET: tl.constexpr,
-                              BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr):
+    def _centroid_keys_kernel(
+        h_ptr,
+        c_ptr,
+        key_ptr,
+        counter_ptr,
+        best_ptr,
+        calls_ptr,
+        C,
+        D: tl.constexpr,
+        n_rows,
+        ROUND_BF16: tl.constexpr,
+        ROUND_FP16: tl.constexpr,
+        RESET: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+    ):
         """Program (row, j): the keys of BLOCK_C centroids, counted into the row's histogram levels 0
         and 1; and RESET of the previous call's counters for the row zeroed (its best key too)."""
         row = tl.program_id(0).to(tl.int64)
@@ -267,8 +325,18 @@ if triton is not None:
         tl.atomic_add(_table(hist, LEVEL, prefix) + byte, 1, mask=match, sem="relaxed")
 
     @triton.jit
-    def _select_kernel(key_ptr, counter_ptr, calls_ptr, out_ptr, C, P, n_rows, LEVELS: tl.constexpr,
-                       SLICE: tl.constexpr, EARLIER: tl.constexpr):
+    def _select_kernel(
+        key_ptr,
+        counter_ptr,
+        calls_ptr,
+        out_ptr,
+        C,
+        P,
+        n_rows,
+        LEVELS: tl.constexpr,
+        SLICE: tl.constexpr,
+        EARLIER: tl.constexpr,
+    ):
         """Program (row, j) writes the chosen ids among keys [j * SLICE, (j + 1) * SLICE): the ids
         above the threshold T and the first ties at T, in id order. Keys rounded to a 16-bit float
         differ only in T's bits (constant low bits within a sign), so keys at T are exact ties
@@ -298,10 +366,31 @@ if triton is not None:
         tl.store(out_ptr + row * P + slot, idx.to(tl.int64), mask=chosen)
 
     @triton.jit
-    def _stage2_kernel(h_ptr, h_stride, cl_ptr, cl_stride, mem_ptr, w_ptr, w_stride, always_ptr, counter_ptr,
-                       best_ptr, calls_ptr, out_ptr, P, B, A, D: tl.constexpr, n_blocks, n_rows,
-                       ROUND_BF16: tl.constexpr, ROUND_FP16: tl.constexpr,
-                       BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr):
+    def _stage2_kernel(
+        h_ptr,
+        h_stride,
+        cl_ptr,
+        cl_stride,
+        mem_ptr,
+        w_ptr,
+        w_stride,
+        always_ptr,
+        counter_ptr,
+        best_ptr,
+        calls_ptr,
+        out_ptr,
+        P,
+        B,
+        A,
+        D: tl.constexpr,
+        n_blocks,
+        n_rows,
+        ROUND_BF16: tl.constexpr,
+        ROUND_FP16: tl.constexpr,
+        BLOCK_B: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        ROWS: tl.constexpr,
+    ):
         row = tl.program_id(0)
         j = tl.program_id(1)
         t = tl.arange(0, BLOCK_B)
@@ -324,8 +413,9 @@ if triton is not None:
         if tl.atomic_add(counter_ptr + first * _COUNTERS + _SCORED, 1, sem="acq_rel") == n_rows * n_blocks - 1:
             for r0 in range(0, n_rows, ROWS):  # the last program of all: every program's max is in
                 r = r0 + tl.arange(0, ROWS)
-                top = tl.atomic_max(best_ptr + first + r, tl.full([ROWS], _NO_KEY, tl.int64), mask=r < n_rows,
-                                    sem="relaxed")
+                top = tl.atomic_max(
+                    best_ptr + first + r, tl.full([ROWS], _NO_KEY, tl.int64), mask=r < n_rows, sem="relaxed"
+                )
                 mask = tl.full([ROWS], _LOW_MASK, tl.int64)
                 tl.store(out_ptr + r, mask - (top & mask), mask=r < n_rows)
             tl.store(calls_ptr, calls + 1)  # the call is over: the next uses the other set

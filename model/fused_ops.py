@@ -29,23 +29,42 @@ ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
 ATTENTION_BLOCK_M = 16
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
-             delta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen3's RMSNorm of rows x [n, d], after the residual add x + delta when given.
     Returns (x + delta (or x), its norm)."""
     n, d = x.shape
     out = torch.empty_like(x)
     h = torch.empty_like(x) if delta is not None else x
     with _on(x.device):
-        _rms_norm_kernel[(n,)](x, x if delta is None else delta, weight, h, out, d, eps,
-                               HAS_DELTA=delta is not None, BLOCK_D=triton.next_power_of_2(d),
-                               num_warps=8 if d > 2048 else 4)
+        _rms_norm_kernel[(n,)](
+            x,
+            x if delta is None else delta,
+            weight,
+            h,
+            out,
+            d,
+            eps,
+            HAS_DELTA=delta is not None,
+            BLOCK_D=triton.next_power_of_2(d),
+            num_warps=8 if d > 2048 else 4,
+        )
     return h, out
 
 
-def qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
-                       sin: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       n_heads: int, eps: float) -> torch.Tensor:
+def qk_norm_rope_cache(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pos: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    eps: float,
+) -> torch.Tensor:
     """qkv [n, (H + 2 Hkv) * hd] from the merged projection -> q [n, H, hd] normed and rotated;
     k normed and rotated, and v, are written into the caches [1, Hkv, S, hd] at slots `pos`."""
     n = qkv.shape[0]
@@ -53,13 +72,28 @@ def qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torc
     q = torch.empty((n, n_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
     with _on(qkv.device):
         _qk_norm_rope_cache_kernel[(n, n_heads + n_kv)](
-            qkv, q_weight, k_weight, cos, sin, pos, q, k_cache, v_cache, n_heads, n_kv, slots, eps,
-            HEAD_DIM=head_dim, num_warps=1)
+            qkv,
+            q_weight,
+            k_weight,
+            cos,
+            sin,
+            pos,
+            q,
+            k_cache,
+            v_cache,
+            n_heads,
+            n_kv,
+            slots,
+            eps,
+            HEAD_DIM=head_dim,
+            num_warps=1,
+        )
     return q
 
 
-def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
-              scale: float) -> torch.Tensor:
+def attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, scale: float
+) -> torch.Tensor:
     """q [n, H, hd] at positions pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
     attends to slots <= pos[i]. Slots above the largest position are never read."""
     n, n_heads, head_dim = q.shape
@@ -69,8 +103,21 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos
     out = torch.empty((n, n_heads * head_dim), dtype=q.dtype, device=q.device)
     with _on(q.device):
         _attention_kernel[(n_kv, triton.cdiv(rows, ATTENTION_BLOCK_M))](
-            q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, GROUP=group, HEAD_DIM=head_dim,
-            BLOCK_M=ATTENTION_BLOCK_M, BLOCK_N=ATTENTION_BLOCK_N, num_warps=4)
+            q,
+            k_cache,
+            v_cache,
+            pos,
+            out,
+            n,
+            slots,
+            scale,
+            n_heads,
+            GROUP=group,
+            HEAD_DIM=head_dim,
+            BLOCK_M=ATTENTION_BLOCK_M,
+            BLOCK_N=ATTENTION_BLOCK_N,
+            num_warps=4,
+        )
     return out
 
 
@@ -86,14 +133,16 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 if triton is not None:
+
     @triton.jit
     def _rounded(x, ptr):
         """x (float32) rounded to the element type of `ptr`, back in float32: torch's per-op rounding."""
         return x.to(ptr.dtype.element_ty).to(tl.float32)
 
     @triton.jit
-    def _rms_norm_kernel(x_ptr, delta_ptr, w_ptr, h_ptr, out_ptr, D, eps,
-                         HAS_DELTA: tl.constexpr, BLOCK_D: tl.constexpr):
+    def _rms_norm_kernel(
+        x_ptr, delta_ptr, w_ptr, h_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK_D: tl.constexpr
+    ):
         row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         mask = d < D
@@ -117,8 +166,9 @@ if triton is not None:
         return r1, r2
 
     @triton.jit
-    def _qk_norm_rope_cache_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr,
-                                   H, HKV, S, eps, HEAD_DIM: tl.constexpr):
+    def _qk_norm_rope_cache_kernel(
+        qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, H, HKV, S, eps, HEAD_DIM: tl.constexpr
+    ):
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         HALF: tl.constexpr = HEAD_DIM // 2
@@ -145,9 +195,21 @@ if triton is not None:
             tl.store(v_ptr + slot + HALF + half, tl.load(v_src + HALF + half))
 
     @triton.jit
-    def _attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, n, S, scale, H,
-                          GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr):
+    def _attention_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        o_ptr,
+        n,
+        S,
+        scale,
+        H,
+        GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         """Program (kv head, row block): online softmax over slot blocks up to the block's largest
         position. Masked scores are -inf and the running max starts finite, so the blocks past a
         row's own position add exactly nothing to it."""

@@ -78,8 +78,11 @@ def _save(model, folder: Path) -> None:
     config.pop("quantization_config", None)
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     tied = model.config.tie_word_embeddings
-    tensors = {name: tensor.contiguous() for name, tensor in model.state_dict().items()
-               if not (tied and name == "lm_head.weight")}
+    tensors = {
+        name: tensor.contiguous()
+        for name, tensor in model.state_dict().items()
+        if not (tied and name == "lm_head.weight")
+    }
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 

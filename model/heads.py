@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from model import flashhead_triton, triton_support
 from contracts import UsageError
+from model import flashhead_triton, triton_support
 from model.flashhead import Clustering
 
 _INDEX_BYTES = 8
@@ -60,26 +60,35 @@ class FlashHead:
     calls on one head must run one after another, on one stream.
     """
 
-    def __init__(self, weight: torch.Tensor, clustering: Clustering, probes: int | None = None,
-                 always_tokens=(), backend: str | None = None):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        clustering: Clustering,
+        probes: int | None = None,
+        always_tokens=(),
+        backend: str | None = None,
+    ):
         _check_weight(weight)
         vocab, d = weight.shape
         if clustering.vocab_size != vocab or clustering.hidden_size != d:
-            raise UsageError(f"clustering is for a {clustering.vocab_size} x {clustering.hidden_size} head, "
-                             f"the weight is {vocab} x {d}")
+            raise UsageError(
+                f"clustering is for a {clustering.vocab_size} x {clustering.hidden_size} head, "
+                f"the weight is {vocab} x {d}"
+            )
         c = clustering.clusters
         probes = clustering.default_probes if probes is None else probes
         if not 1 <= probes <= c:
             raise UsageError(f"probes must be in [1, {c}] for {c} clusters, got {probes}")
         always = sorted(set(int(t) for t in always_tokens))
-        if always and not (0 <= always[0] and always[-1] < vocab):
+        if always and not (always[0] >= 0 and always[-1] < vocab):
             raise UsageError(f"always_tokens must be token ids in [0, {vocab - 1}], got {always}")
         can_fuse = triton_support.runs_on(weight.device)
         if backend is None:  # the interpreter (CPU) runs the kernels, but slowly: only when asked
             backend = "triton" if can_fuse and weight.is_cuda else "torch"
         if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
-            raise UsageError(f"backend {backend!r} is not usable here; choose from "
-                             f"{['triton', 'torch'] if can_fuse else ['torch']}")
+            raise UsageError(
+                f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
+            )
         self.weight = weight
         self.vocab_size, self.hidden_size = vocab, d
         self.clusters, self.cluster_size, self.probes = c, clustering.cluster_size, probes
@@ -121,8 +130,9 @@ class FlashHead:
         return token.reshape(hidden.shape[:-1])
 
 
-def flashhead_agreement(dense_head: DenseHead, flash_head: FlashHead, hidden_states: torch.Tensor,
-                        chunk: int = 256) -> float:
+def flashhead_agreement(
+    dense_head: DenseHead, flash_head: FlashHead, hidden_states: torch.Tensor, chunk: int = 256
+) -> float:
     """Fraction of hidden states [..., d] where both heads pick the same token: r(p) at flash_head.probes.
 
     Runs `chunk` states at a time: the torch path gathers probes * b rows per state."""

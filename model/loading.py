@@ -12,12 +12,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from contracts import UsageError
 from model import triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
 from model.memory import check_cache, check_fits, tensor_bytes
-from contracts import UsageError
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
 from model.transformer import GemmaRMSNorm, RMSNorm, Transformer
@@ -43,8 +43,14 @@ class Loaded:
     info: dict
 
 
-def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-               seed: int = 0, max_seq_len: int = DEFAULT_MAX_SEQ_LEN, kernels: str | None = None) -> Loaded:
+def load_model(
+    spec: str,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    seed: int = 0,
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+    kernels: str | None = None,
+) -> Loaded:
     """`spec` is a preset name (seeded random weights built directly on `device`), a local folder
     with config.json and *.safetensors, or a Hugging Face id already in the local cache; any of
     them followed by `#layers=N` gives its early-exit draft (the first N layers, final norm, head).
@@ -83,8 +89,9 @@ def load_model(spec: str, device: str | torch.device = "cpu", dtype: str | torch
         paths = _use_kernels(model, kernels)
         kernel = _select_awq_kernels(model, dtype)
     except torch.cuda.OutOfMemoryError as error:
-        raise UsageError(f"out of memory: {spec} in {_dtype_name(dtype)} with a {max_seq_len}-token cache "
-                         f"does not fit on {device}") from error
+        raise UsageError(
+            f"out of memory: {spec} in {_dtype_name(dtype)} with a {max_seq_len}-token cache does not fit on {device}"
+        ) from error
     info = {
         "name": spec,
         "arch": config.arch,
@@ -211,7 +218,7 @@ def _load_weights(model: Transformer, folder: Path) -> None:
     missing = set(targets)
     for file in _checkpoint_files(folder):
         with safe_open(str(file), framework="pt", device="cpu") as reader:
-            for hf_name in reader.keys():
+            for hf_name in reader.keys():  # noqa: SIM118 (safetensors readers are not dicts)
                 name = _our_name(hf_name, model.config.tie_word_embeddings)
                 if name is None:
                     continue
@@ -219,8 +226,10 @@ def _load_weights(model: Transformer, folder: Path) -> None:
                     raise UsageError(f"unexpected weight {hf_name} in {file}")
                 tensor = reader.get_tensor(hf_name)
                 if tensor.shape != targets[name].shape:
-                    raise UsageError(f"weight {hf_name} in {file} has shape {tuple(tensor.shape)}, "
-                                     f"expected {tuple(targets[name].shape)}")
+                    raise UsageError(
+                        f"weight {hf_name} in {file} has shape {tuple(tensor.shape)}, "
+                        f"expected {tuple(targets[name].shape)}"
+                    )
                 targets[name].copy_(tensor)
                 missing.discard(name)
     if missing:

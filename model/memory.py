@@ -28,8 +28,9 @@ def check_fits(what: str, need_bytes: int, device: torch.device, advice: str) ->
     """UsageError naming `what` and `advice` when `need_bytes` more than fills what `device` has free."""
     free = available_bytes(device)
     if free is not None and need_bytes > HEADROOM * free:
-        raise UsageError(f"{what} needs {need_bytes / 1e9:.1f} GB, but {device} has {free / 1e9:.1f} GB free "
-                         f"({advice})")
+        raise UsageError(
+            f"{what} needs {need_bytes / 1e9:.1f} GB, but {device} has {free / 1e9:.1f} GB free ({advice})"
+        )
 
 
 def tensor_bytes(module: torch.nn.Module) -> int:
@@ -47,9 +48,15 @@ def check_cache(model, slots: int, name: str) -> None:
     """A static KV cache of `slots` positions is within the model's positions and fits its device."""
     config = model.config
     if slots > config.max_positions + CACHE_SLACK:
-        raise UsageError(f"{name}: a cache of {slots:,} positions exceeds the model's {config.max_positions:,} "
-                         "positions (use shorter prompts, fewer new tokens or shorter contexts)")
+        raise UsageError(
+            f"{name}: a cache of {slots:,} positions exceeds the model's {config.max_positions:,} "
+            "positions (use shorter prompts, fewer new tokens or shorter contexts)"
+        )
     element = model.embed_tokens.weight.element_size()
     need = 2 * config.n_layers * config.n_kv_heads * config.head_dim * slots * element
-    check_fits(f"{name}'s KV cache of {slots:,} positions", need, model.embed_tokens.weight.device,
-               "use shorter prompts, fewer new tokens or shorter contexts")
+    check_fits(
+        f"{name}'s KV cache of {slots:,} positions",
+        need,
+        model.embed_tokens.weight.device,
+        "use shorter prompts, fewer new tokens or shorter contexts",
+    )

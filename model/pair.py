@@ -30,8 +30,10 @@ def resolve_placement(placement: str | None) -> tuple[str, torch.device, torch.d
         return placement, torch.device("cpu"), torch.device("cpu")
     need = 2 if placement == "two-gpu" else 1
     if have < need:
-        raise UsageError(f"no GPU: placement {placement} needs {need} CUDA GPU{'s' * (need > 1)}, found {have} "
-                         f"(use --placement cpu{'' if have < 1 else ' or one-gpu'})")
+        raise UsageError(
+            f"no GPU: placement {placement} needs {need} CUDA GPU{'s' * (need > 1)}, found {have} "
+            f"(use --placement cpu{'' if have < 1 else ' or one-gpu'})"
+        )
     return placement, torch.device("cuda", 0), torch.device("cuda", need - 1)
 
 
@@ -57,7 +59,7 @@ class Pair:
 
     @property
     def weights(self) -> str:
-        """"synthetic" when either model has random weights, else "real"."""
+        """ "synthetic" when either model has random weights, else "real"."""
         models = [m for m in (self.target, self.draft) if m is not None]
         return "synthetic" if any(m.info["weights"] == "synthetic" for m in models) else "real"
 
@@ -75,8 +77,11 @@ class Pair:
         """The draft head's FlashHead clustering: loaded from its folder, or built (seeded) once."""
         if self._clustering is None:
             weight = self.draft.model.head_weight
-            built = load_assets(self.clustering_folder) if self.clustering_folder else build_clustering(
-                weight, seed=self.seed)
+            built = (
+                load_assets(self.clustering_folder)
+                if self.clustering_folder
+                else build_clustering(weight, seed=self.seed)
+            )
             self._clustering = built.to(weight.device)
         return self._clustering
 
@@ -93,20 +98,47 @@ class Pair:
         if spec in (None, "none"):
             return None
         if self.weights == "real":
-            raise UsageError("--acceptance replaces the draft's proposals; it is for synthetic weights only "
-                             "(use --acceptance none with real checkpoints)")
+            raise UsageError(
+                "--acceptance replaces the draft's proposals; it is for synthetic weights only "
+                "(use --acceptance none with real checkpoints)"
+            )
         return AcceptanceControl(spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed)
 
-    def decoder(self, head=None, K: int = 6, graphs: bool = True, control=None, phases: bool = True,
-                stop_at_eos: bool = False) -> Decoder:
+    def decoder(
+        self,
+        head=None,
+        K: int = 6,
+        graphs: bool = True,
+        control=None,
+        phases: bool = True,
+        stop_at_eos: bool = False,
+        timeline: bool = False,
+    ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
-        return Decoder(self.target.model, self.draft.model if self.draft else None, head, K=K, graphs=graphs,
-                       control=control, phases=phases, eos_id=self.target.tokenizer.eos_token_id,
-                       stop_at_eos=stop_at_eos)
+        return Decoder(
+            self.target.model,
+            self.draft.model if self.draft else None,
+            head,
+            K=K,
+            graphs=graphs,
+            control=control,
+            phases=phases,
+            eos_id=self.target.tokenizer.eos_token_id,
+            stop_at_eos=stop_at_eos,
+            timeline=timeline,
+        )
 
 
-def load_pair(target: str, draft: str | None, placement: str | None = None, dtype: str | None = None, seed: int = 0,
-              kernels: str | None = None, clustering: str | None = None, max_seq_len: int = 1) -> Pair:
+def load_pair(
+    target: str,
+    draft: str | None,
+    placement: str | None = None,
+    dtype: str | None = None,
+    seed: int = 0,
+    kernels: str | None = None,
+    clustering: str | None = None,
+    max_seq_len: int = 1,
+) -> Pair:
     """Both models (target seeded `seed`, draft `seed + 1`), on the placement's devices, checked to
     share one vocabulary and tokenizer. `max_seq_len` is the initial cache (see `Pair.size_caches`)."""
     placement, target_device, draft_device = resolve_placement(placement)
@@ -114,6 +146,10 @@ def load_pair(target: str, draft: str | None, placement: str | None = None, dtyp
     loaded_draft = None
     if draft is not None:
         loaded_draft = load_model(draft, draft_device, dtype, seed + 1, max_seq_len=max_seq_len, kernels=kernels)
-        check_compatible(loaded_target.tokenizer, loaded_draft.tokenizer, loaded_target.model.config.vocab_size,
-                         loaded_draft.model.config.vocab_size)
+        check_compatible(
+            loaded_target.tokenizer,
+            loaded_draft.tokenizer,
+            loaded_target.model.config.vocab_size,
+            loaded_draft.model.config.vocab_size,
+        )
     return Pair(loaded_target, loaded_draft, placement, seed, clustering)

@@ -14,7 +14,9 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.files import read_text
 
-DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "spec_bench" / "question.jsonl"  # Apache-2.0, see LICENSE there
+DEFAULT_PATH = (
+    Path(__file__).resolve().parent / "data" / "spec_bench" / "question.jsonl"
+)  # Apache-2.0, see LICENSE there
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ def _by_names(spec: str, questions: list[Prompt]) -> list[Prompt]:
     if unknown or not items:
         raise UsageError(
             f"unknown prompt selection {', '.join(unknown) or repr(spec)}; valid: first:N, per-category:N, "
-            f"categories {', '.join(categories)}, or question ids {questions[0].id}..{questions[-1].id}")
+            f"categories {', '.join(categories)}, or question ids {questions[0].id}..{questions[-1].id}"
+        )
     wanted = set(items)
     return [q for q in questions if q.category in wanted or q.id in wanted]

@@ -103,6 +103,9 @@ def pipelined_deferred(dec, run) -> None:
 
 
 RUNNERS = {
-    "baseline": baseline, "ordinary": ordinary, "pipelined": pipelined,
-    "deferred": deferred, "pipelined-deferred": pipelined_deferred,
+    "baseline": baseline,
+    "ordinary": ordinary,
+    "pipelined": pipelined,
+    "deferred": deferred,
+    "pipelined-deferred": pipelined_deferred,
 }

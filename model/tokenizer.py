@@ -21,8 +21,10 @@ class SyntheticTokenizer:
 
     def __init__(self, vocab_size: int):
         if vocab_size < _BYTES:
-            raise UsageError(f"a model without tokenizer files needs a vocabulary of at least {_BYTES} "
-                             f"tokens for the synthetic byte tokenizer, got {vocab_size}")
+            raise UsageError(
+                f"a model without tokenizer files needs a vocabulary of at least {_BYTES} "
+                f"tokens for the synthetic byte tokenizer, got {vocab_size}"
+            )
         self.vocab_size = vocab_size
         self.name = f"synthetic-bytes-{vocab_size}"
 
@@ -43,7 +45,8 @@ class SyntheticTokenizer:
 
     def get_vocab(self) -> dict[str, int]:
         return {f"<0x{byte:02X}>": byte for byte in range(_BYTES)} | {
-            f"<{token}>": token for token in range(_BYTES, self.vocab_size)}
+            f"<{token}>": token for token in range(_BYTES, self.vocab_size)
+        }
 
 
 class HFTokenizer:

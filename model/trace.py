@@ -38,27 +38,76 @@ class Generation:
     decode_ms: float
     verify_calls: int
     append_calls: int
+    timeline: list[tuple] | None = None  # with Decoder(timeline=True): contracts.timeline intervals
 
     @property
     def decode_tokens(self) -> int:
         return len(self.tokens) - 1
 
 
-def trace_lines(gen: Generation, *, prompt_id: str, schedule: str, head: str, K: int,
-                probes: int | None = None) -> list[dict]:
+def trace_lines(
+    gen: Generation, *, prompt_id: str, schedule: str, head: str, K: int, probes: int | None = None
+) -> list[dict]:
     """The generation's trace lines (K is 0 for baseline; probes None for a dense head)."""
     lines = []
     for index, r in enumerate(gen.rounds):
-        line = {"schema": TRACE_SCHEMA, "prompt_id": str(prompt_id), "round": index, "schedule": schedule,
-                "head": head, "probes": probes, "K": K, "proposed": r.proposed, "accepted": r.accepted,
-                "emitted": r.emitted, "verify_skipped": r.verify_skipped, "context": r.context,
-                "lookahead_used": r.lookahead_used}
+        line = {
+            "schema": TRACE_SCHEMA,
+            "prompt_id": str(prompt_id),
+            "round": index,
+            "schedule": schedule,
+            "head": head,
+            "probes": probes,
+            "K": K,
+            "proposed": r.proposed,
+            "accepted": r.accepted,
+            "emitted": r.emitted,
+            "verify_skipped": r.verify_skipped,
+            "context": r.context,
+            "lookahead_used": r.lookahead_used,
+        }
         if r.phases_ms is not None:
             line["phases_ms"] = {p: round(r.phases_ms[p], 6) for p in PHASES}
         if r.host_gaps is not None:
             line["host_gap_ms"], line["host_gaps"] = round(r.host_gap_ms, 6), r.host_gaps
         lines.append(line)
     return lines
+
+
+def timeline_meta(gen: Generation, config: dict, prompt_id: str, cuda: bool, chosen: str) -> dict:
+    """The otherData of a generation's timeline (contracts.timeline); config is the summary's config
+    object, `chosen` says which generation of the run this is and why."""
+    schedule = config["schedule"]
+    name = "baseline" if schedule == "baseline" else f"{schedule}-{config['head']}-K{config['K']}"
+    meta = {
+        "source": "decoder",
+        "weights": config["weights"],
+        "configuration": {
+            "name": name,
+            "schedule": schedule,
+            "head": config["head"],
+            "K": config["K"],
+            "probes": config["probes"],
+            "placement": config["placement"],
+            "graphs": config["graphs"],
+        },
+        "target": config["target"],
+        "draft": config["draft"],
+        "chosen": chosen,
+        "generation": {"prompt_id": str(prompt_id), "decode_tokens": gen.decode_tokens, "rounds": len(gen.rounds)},
+        "clock": (
+            "CUDA events, read against a reference event per device recorded when the generation began"
+            if cuda
+            else "perf_counter (CPU: the two models share one device)"
+        ),
+        "time_origin": "the generation's decode start (its first token on the host); its prefills are before it",
+        "decode_ms": gen.decode_ms,
+    }
+    if gen.rounds and all(r.phases_ms is not None for r in gen.rounds):
+        meta["phase_ms"] = {p: sum(r.phases_ms[p] for r in gen.rounds) for p in PHASES}
+    if config.get("acceptance_control"):
+        meta["acceptance_control"] = config["acceptance_control"]
+    return meta
 
 
 def summarize(config: dict, runs: list[tuple[str, Generation]]) -> dict:
@@ -83,6 +132,14 @@ def summarize(config: dict, runs: list[tuple[str, Generation]]) -> dict:
         "phases_ms": {p: sum(r.phases_ms[p] for r in rounds) for p in PHASES} if timed else None,
         "host_gap_ms": sum(r.host_gap_ms for r in rounds) if timed else None,
         "host_gaps": sum(r.host_gaps for r in rounds) if timed else None,
-        "per_prompt": [{"prompt_id": str(pid), "ttft_ms": g.ttft_ms, "decode_tokens": g.decode_tokens,
-                        "decode_ms": g.decode_ms, "rounds": len(g.rounds)} for pid, g in runs],
+        "per_prompt": [
+            {
+                "prompt_id": str(pid),
+                "ttft_ms": g.ttft_ms,
+                "decode_tokens": g.decode_tokens,
+                "decode_ms": g.decode_ms,
+                "rounds": len(g.rounds),
+            }
+            for pid, g in runs
+        ],
     }

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from contracts import UsageError
 from model import fused_ops, triton_support
 from model.awq import AWQLinear
 from model.config import SLIDING, ModelConfig
-from contracts import UsageError
 
 
 def _rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -213,14 +213,18 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(block(config, i, dtype) for i in range(config.n_layers))
         self.norm = _norm(config, config.hidden_size, dtype)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
-            config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=dtype)
+        )
         self.max_seq_len = 0
         self.kernels = "torch"  # or "fused": see use_fused_kernels
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
-    def setup_cache(self, max_seq_len: int, device: torch.device | str | None = None,
-                    dtype: torch.dtype | None = None) -> None:
+    def setup_cache(
+        self, max_seq_len: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> None:
         """Allocates zeroed K/V caches, RoPE tables and slot indices for positions < max_seq_len on
         `device` in `dtype` (the model's, by default). Replaces any earlier cache, so graphs
         captured before must be captured again."""
@@ -290,9 +294,14 @@ class Transformer(nn.Module):
         """The state dict under the checkpoint's (Hugging Face's) names: with fused kernels, each merged
         projection is split back into views of its tensors (no copy)."""
         c = self.config
-        parts = {"self_attn.qkv_proj": {"q_proj": c.n_heads * c.head_dim, "k_proj": c.n_kv_heads * c.head_dim,
-                                        "v_proj": c.n_kv_heads * c.head_dim},
-                 "mlp.gate_up_proj": {"gate_proj": c.intermediate_size, "up_proj": c.intermediate_size}}
+        parts = {
+            "self_attn.qkv_proj": {
+                "q_proj": c.n_heads * c.head_dim,
+                "k_proj": c.n_kv_heads * c.head_dim,
+                "v_proj": c.n_kv_heads * c.head_dim,
+            },
+            "mlp.gate_up_proj": {"gate_proj": c.intermediate_size, "up_proj": c.intermediate_size},
+        }
         out = {}
         for name, tensor in self.state_dict().items():
             merged = next((m for m in parts if f".{m}." in name), None)
@@ -315,10 +324,24 @@ class Transformer(nn.Module):
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
-            q = fused_ops.qk_norm_rope_cache(attn.qkv_proj(x), attn.q_norm.weight, attn.k_norm.weight, cos, sin,
-                                             pos, attn.k_cache, attn.v_cache, attn.n_heads, eps)
-            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps,
-                                      attn.o_proj(fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale)))
+            q = fused_ops.qk_norm_rope_cache(
+                attn.qkv_proj(x),
+                attn.q_norm.weight,
+                attn.k_norm.weight,
+                cos,
+                sin,
+                pos,
+                attn.k_cache,
+                attn.v_cache,
+                attn.n_heads,
+                eps,
+            )
+            h, x = fused_ops.rms_norm(
+                h,
+                layer.post_attention_layernorm.weight,
+                eps,
+                attn.o_proj(fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale)),
+            )
             delta = mlp.down_proj(fused_ops.silu_mul(mlp.gate_up_proj(x)))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 

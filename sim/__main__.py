@@ -9,11 +9,12 @@ from pathlib import Path
 
 from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
-from contracts.files import check_output_folder, staged
+from contracts.files import check_output_file, check_output_folder, staged
+from contracts.timeline import write_timeline
 
 from .profile import editable_paths
 from .report import LEGEND, comparison_table, phase_share_figure, results_table, sweep_figure, write_outputs
-from .scenario import LIMITS, MAX_DECODE_TOKENS, NAMED_KEYS, Scenario, parse_change, resolve, run, with_change
+from .scenario import LIMITS, MAX_DECODE_TOKENS, NAMED_KEYS, Scenario, parse_change, resolve, run, timeline, with_change
 
 EPILOG = (
     """\
@@ -45,44 +46,83 @@ examples:
   python -m sim --profile study                  the profile derived from the study's tables
   python -m sim --what-if probes=2               side by side with the default probes
   python -m sim --sweep K=1,2,4,6,8 --out out/sweep --plot
+  python -m sim --schedule pipelined-deferred --head flashhead --timeline out/sim-timeline.json
+
+timeline (--timeline FILE): the simulated target-device, draft-device and host streams of ONE
+  configuration, the scenario's first speculative one (the first --schedule with the first --head),
+  over its first generation, as a Chrome/Perfetto trace (open it in https://ui.perfetto.dev); times
+  from the decode start, the prefills before it; its otherData names the configuration.
 """
 )
 
 
 def parse_args(argv):
-    p = OneLineParser(prog="python -m sim", description=__doc__, epilog=EPILOG,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="python -m sim", description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = p.add_argument
-    add("--profile", default="default",
-        help="'default' (the measured profile shipped in sim/data), 'study', or a profile JSON path")
+    add(
+        "--profile",
+        default="default",
+        help="'default' (the measured profile shipped in sim/data), 'study', or a profile JSON path",
+    )
     add("--acceptance", default=None, help="acceptance source (see below); default: the shipped trace")
     add("--trace", default=None, help="shorthand for --acceptance trace:PATH")
-    add("--schedule", default=None,
-        help="schedules to run, joined by '+' or ',' (baseline always runs for speedups); default: all")
+    add(
+        "--schedule",
+        default=None,
+        help="schedules to run, joined by '+' or ',' (baseline always runs for speedups); default: all",
+    )
     add("--head", default=None, help="dense, flashhead or dense+flashhead (default)")
     add("--K", default=None, help="draft tokens per round (default: the trace's K, else 6)")
     add("--probes", default=None, help="FlashHead probes (default: the profile's, c/16)")
     add("--placement", default=None, help="two-gpu, one-gpu or cpu (default: the profile's)")
-    add("--graphs", default=None, choices=["on", "off"],
-        help="use the profile's graph-captured (on) or eager (off) costs (default: the profile's)")
+    add(
+        "--graphs",
+        default=None,
+        choices=["on", "off"],
+        help="use the profile's graph-captured (on) or eager (off) costs (default: the profile's)",
+    )
     add("--prompts", default=None, help="number of generations (synthetic acceptance: default 8)")
     add("--max-new-tokens", default=None, help="tokens per generation (synthetic acceptance: 64)")
     add("--prompt-len", default=None, help="prompt length (default: the profile's first)")
     add("--seed", default="0", help="seed of every random draw (default 0)")
-    add("--what-if", action="append", default=[], metavar="KEY=VALUE",
-        help="a change to compare against the scenario (repeatable; applied together)")
+    add(
+        "--what-if",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a change to compare against the scenario (repeatable; applied together)",
+    )
     add("--sweep", default=None, metavar="KEY=V1,V2,...", help="run the scenario for each value")
     add("--out", default=None, help="folder for results.json, results.csv and plots (created whole at the end)")
     add("--plot", action="store_true", help="write PNG figures into --out")
+    add(
+        "--timeline",
+        default=None,
+        metavar="FILE",
+        help="write the streams of the first speculative configuration's first generation as a Chrome/Perfetto "
+        "trace (JSON; see below)",
+    )
     add("--no-ceiling", action="store_true", help="skip the head-only ceiling (halves the run time)")
     add("--wide", action="store_true", help="every column in the table (TTFT, TPOT, calls, every phase share)")
     add("--keys", action="store_true", help="list every what-if key of the profile and exit")
     return p.parse_args(argv)
 
 
-OPTION_KEYS = {"acceptance": "--acceptance", "schedule": "--schedule", "head": "--head", "K": "--K",
-               "probes": "--probes", "placement": "--placement", "graphs": "--graphs", "prompts": "--prompts",
-               "max_new_tokens": "--max-new-tokens", "prompt_len": "--prompt-len", "seed": "--seed"}
+OPTION_KEYS = {
+    "acceptance": "--acceptance",
+    "schedule": "--schedule",
+    "head": "--head",
+    "K": "--K",
+    "probes": "--probes",
+    "placement": "--placement",
+    "graphs": "--graphs",
+    "prompts": "--prompts",
+    "max_new_tokens": "--max-new-tokens",
+    "prompt_len": "--prompt-len",
+    "seed": "--seed",
+}
 
 
 def build_scenario(args) -> Scenario:
@@ -111,6 +151,8 @@ def plan(args) -> Plan:
         raise UsageError("--plot writes PNG files and needs --out DIR")
     if args.out:
         check_output_folder(Path(args.out), "--out")
+    if args.timeline:
+        check_output_file(Path(args.timeline), "--timeline")
     base = build_scenario(args)
     result = Plan(base)
     resolve(base)
@@ -154,8 +196,9 @@ def _run(args) -> int:
         print(results_table(after, wide=args.wide))
         print()
         print(comparison_table(rows, after, label))
-        payload.update(what_if=args.what_if, what_if_notes=after_resolved.notes,
-                       what_if_warnings=after_resolved.warnings)
+        payload.update(
+            what_if=args.what_if, what_if_notes=after_resolved.notes, what_if_warnings=after_resolved.warnings
+        )
         for row in after:
             row["label"] = "what-if"
         for row in rows:
@@ -180,12 +223,20 @@ def _run(args) -> int:
         if args.plot:
             figures["phase_shares.png"] = phase_share_figure(rows, resolved.profile.label())
             if sweep_rows:
-                figures["sweep.png"] = sweep_figure(sweep_rows, todo.sweep_key,
-                                                    f"sweep {todo.sweep_key} ({resolved.profile.label()})")
+                figures["sweep.png"] = sweep_figure(
+                    sweep_rows, todo.sweep_key, f"sweep {todo.sweep_key} ({resolved.profile.label()})"
+                )
         with staged(Path(args.out), merge=True) as folder:
             names = write_outputs(folder, payload, out_rows, figures)
         for name in names:
             print(f"wrote {Path(args.out) / name}")
+    if args.timeline:
+        intervals, meta = timeline(todo.base)
+        write_timeline(args.timeline, intervals, meta)
+        print(
+            f"wrote {args.timeline} (timeline of {meta['configuration']['name']}, generation "
+            f"{meta['generation']['prompt_id']})"
+        )
     return 0
 
 

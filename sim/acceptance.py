@@ -14,6 +14,7 @@ Accepted = the leading run of True among the first K.
 - `EmpiricalLengths({L: weight})`: the accepted length of a round drawn from a distribution.
 All are deterministic for a given seed.
 """
+
 from __future__ import annotations
 
 import random
@@ -124,9 +125,8 @@ class EmpiricalLengths:
         rng = random.Random(f"{seed}/{generation.prompt_id}")
 
         def block(pos: int, K: int) -> list[bool]:
-            if K > self.max_len:
-                raise UsageError(
-                    f"acceptance: empirical lengths go up to {self.max_len}, cannot answer K={K}")
+            if self.max_len < K:
+                raise UsageError(f"acceptance: empirical lengths go up to {self.max_len}, cannot answer K={K}")
             u = rng.random()
             length = next(L for L, c in zip(self.lengths, self.cumulative) if u <= c + 1e-12)
             length = min(length, K)
@@ -164,9 +164,11 @@ class TraceReplay:
 
     def describe(self) -> str:
         head = self.head if self.head == "dense" else f"{self.head} p={self.probes}"
-        return (f"trace replay of {len(self.generations)} generations recorded at K="
-                f"{','.join(map(str, self.recorded_K))} ({head}), untested positions drawn at "
-                f"{self.rate:.3f}")
+        return (
+            f"trace replay of {len(self.generations)} generations recorded at K="
+            f"{','.join(map(str, self.recorded_K))} ({head}), untested positions drawn at "
+            f"{self.rate:.3f}"
+        )
 
     def mean_rate(self) -> float:
         return self.rate

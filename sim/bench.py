@@ -7,6 +7,7 @@
 2. A 100-point sweep (probes = 1..100) of the default comparison (baseline + 4 schedules x 2 heads,
    head-only ceilings included) on the default trace.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,11 +16,11 @@ import statistics
 import time
 from dataclasses import replace
 
+from contracts import SCHEDULES
+
 from .acceptance import Generation, IIDAcceptance
 from .profile import load_profile
 from .scenario import Scenario, run
-from contracts import SCHEDULES
-
 from .schedules import Config
 from .simulate import simulate
 
@@ -34,8 +35,9 @@ def _best_of(fn, repeats: int = 3):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default=None, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
     profile = load_profile("study")
@@ -45,21 +47,28 @@ def main(argv=None) -> int:
     lines = ["| case | rounds | median s | min s | max s | rounds/s |", "|---|---|---|---|---|---|"]
     for schedule in SCHEDULES:
         config = Config(schedule, "flashhead", 6, profile.default_probes, "two-gpu")
-        median, low, high, result = _best_of(lambda: simulate(costs, config, source, generations, 0, ceiling=False))
+        median, low, high, result = _best_of(
+            lambda config=config: simulate(costs, config, source, generations, 0, ceiling=False)
+        )
         rounds = result["rounds"] or result["decode_tokens"]
-        lines.append(f"| 560 x 64 tokens, {schedule} | {rounds} | {median:.3f} | {low:.3f} | {high:.3f} | {rounds / median:,.0f} |")
+        timing = f"{median:.3f} | {low:.3f} | {high:.3f}"
+        lines.append(f"| 560 x 64 tokens, {schedule} | {rounds} | {timing} | {rounds / median:,.0f} |")
     config = Config("pipelined-deferred", "flashhead", 6, profile.default_probes, "two-gpu")
     median, low, high, result = _best_of(lambda: simulate(costs, config, source, generations, 0, ceiling=True))
-    lines.append(f"| 560 x 64 tokens, pipelined-deferred + head-only ceiling (2 runs) | {result['rounds']} | "
-                 f"{median:.3f} | {low:.3f} | {high:.3f} | {2 * result['rounds'] / median:,.0f} |")
+    lines.append(
+        f"| 560 x 64 tokens, pipelined-deferred + head-only ceiling (2 runs) | {result['rounds']} | "
+        f"{median:.3f} | {low:.3f} | {high:.3f} | {2 * result['rounds'] / median:,.0f} |"
+    )
     base = Scenario(profile="study")
     start = time.perf_counter()
     for probes in range(1, 101):
         run(replace(base, probes=probes))
     sweep = time.perf_counter() - start
     lines.append(f"| 100-point sweep (probes=1..100), 9 configurations + ceilings each | - | {sweep:.3f} | - | - | - |")
-    header = (f"Simulator speed, `python -m sim.bench`, Python {platform.python_version()} on "
-              f"{platform.processor() or platform.machine()}, one process (one core).\n")
+    header = (
+        f"Simulator speed, `python -m sim.bench`, Python {platform.python_version()} on "
+        f"{platform.processor() or platform.machine()}, one process (one core).\n"
+    )
     text = header + "\n" + "\n".join(lines) + "\n"
     print(text)
     if args.out:

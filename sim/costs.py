@@ -4,6 +4,7 @@ A cost is a timing (`median_ms`, optional `host_ms`) or a table of timings over 
 `n_tokens`, `context`, `prompt_len`, `probes` (contracts.profile). Interpolation is piecewise linear
 along each axis and extrapolates linearly from the two nearest points, never below zero.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -55,9 +56,12 @@ class Cost:
 
     def extrapolations(self) -> list[str]:
         """One line per axis queried outside what was measured."""
-        return [f"{self.name}: {axis} {low:g}..{high:g} was asked, measured {xs[0]:g}..{xs[-1]:g}: extrapolated"
-                for axis, xs in zip(self.axes, self.values) if axis in self.outside
-                for low, high in [self.outside[axis]]]
+        return [
+            f"{self.name}: {axis} {low:g}..{high:g} was asked, measured {xs[0]:g}..{xs[-1]:g}: extrapolated"
+            for axis, xs in zip(self.axes, self.values)
+            if axis in self.outside
+            for low, high in [self.outside[axis]]
+        ]
 
     def _at(self, which: int, query: tuple[float, ...], prefix: tuple = ()) -> float:
         d = len(prefix)
@@ -94,12 +98,15 @@ class Costs:
         for group, names in REQUIRED_COSTS.items():
             for name in names:
                 flat = {"n_tokens": fixed_width} if (group, name) == ("target", "forward_ms") and fixed_width else None
-                parsed[f"{group}.{name}"] = Cost.parse(regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}",
-                                                       flat)
+                parsed[f"{group}.{name}"] = Cost.parse(
+                    regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}", flat
+                )
         for group, names in OPTIONAL_COSTS.items():
             for name in names:
                 if name in regime[group]:
-                    parsed[f"{group}.{name}"] = Cost.parse(regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}")
+                    parsed[f"{group}.{name}"] = Cost.parse(
+                        regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}"
+                    )
         self.named = parsed
         self.verify = parsed["target.forward_ms"]
         self.target_prefill = parsed["target.prefill_ms"]

@@ -9,6 +9,7 @@ the real-weight curve the study-derived profile uses (Gemma 3 270M, mapped to 9,
 fraction of clusters probed), so `python -m sim --what-if probes=2` changes acceptance as a real
 head would. Both facts are written into the profile's notes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,24 +19,31 @@ from contracts.profile import PROFILE_SCHEMA, read_profile, write_profile
 
 from .derive_study import DATA, agreement
 
-MEASURED = (Path(__file__).resolve().parent.parent / "reports" / "profiles"
-            / "qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json")
+MEASURED = (
+    Path(__file__).resolve().parent.parent / "reports" / "profiles" / "qwen3-32b-awq_qwen3-0.6b_two-gpu_triton.json"
+)
 
 
 def default_profile(measured: dict) -> dict:
     fh = measured["flashhead"]
     probes = sorted({*fh["agreement"]["probes"], fh["default_probes"]}) if "agreement" in fh else [fh["default_probes"]]
-    return {**measured, "schema": PROFILE_SCHEMA,
-            "flashhead": {**{k: v for k, v in fh.items() if k != "agreement"}, "agreement": agreement(probes)},
-            "notes": measured["notes"] + [
-                f"DEFAULT PROFILE: the costs above as measured ({MEASURED.name}); flashhead.agreement replaced "
-                "by the real-weight curve of Gemma 3 270M mapped by p/c (python -m sim.derive_default), since "
-                "the measured one came from random weights."]}
+    return {
+        **measured,
+        "schema": PROFILE_SCHEMA,
+        "flashhead": {**{k: v for k, v in fh.items() if k != "agreement"}, "agreement": agreement(probes)},
+        "notes": measured["notes"]
+        + [
+            f"DEFAULT PROFILE: the costs above as measured ({MEASURED.name}); flashhead.agreement replaced "
+            "by the real-weight curve of Gemma 3 270M mapped by p/c (python -m sim.derive_default), since "
+            "the measured one came from random weights."
+        ],
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.derive_default", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.derive_default", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--measured", default=str(MEASURED), help=f"the measured profile (default {MEASURED})")
     parser.add_argument("--out", default=str(DATA / "default_profile.json"), help="where to write the default profile")
     args = parser.parse_args(argv)

@@ -7,6 +7,7 @@ inputs, or an ASSUMPTION where the study publishes nothing; the profile's notes 
 The simulator's outputs on this profile are then predictions to compare with the tables that were
 not used as inputs (reports/study_replay.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,25 +22,29 @@ from contracts.trace import TRACE_SCHEMA, write_trace
 DATA = Path(__file__).parent / "data"
 
 # INPUTS (the study's published tables; see README)
-BASELINE_TOK_S = 5.715          # Table 4.5, baseline decode tok/s -> target forward of 1 token
-TTFT_MS = 1156.7                # Table 4.5, baseline TTFT -> target prefill
-DENSE_STEP_MS = 18.330          # Table 4.3, complete dense draft step
-DENSE_HEAD_MS = 2.493           # Table 4.1, dense head (mean)
-FLASH_HEAD_MS = (0.577, 0.575, 0.593)   # Table 4.1, FlashHead head: mean, p50, p95
-T47_DECODE_MS = 16606.9         # Table 4.7, dense draft decode total
-T47_VERIFY_SHARE = 0.327        # Table 4.7, dense draft verify share
+BASELINE_TOK_S = 5.715  # Table 4.5, baseline decode tok/s -> target forward of 1 token
+TTFT_MS = 1156.7  # Table 4.5, baseline TTFT -> target prefill
+DENSE_STEP_MS = 18.330  # Table 4.3, complete dense draft step
+DENSE_HEAD_MS = 2.493  # Table 4.1, dense head (mean)
+FLASH_HEAD_MS = (0.577, 0.575, 0.593)  # Table 4.1, FlashHead head: mean, p50, p95
+T47_DECODE_MS = 16606.9  # Table 4.7, dense draft decode total
+T47_VERIFY_SHARE = 0.327  # Table 4.7, dense draft verify share
 T47_PROMPTS, T47_NEW_TOKENS, T47_K = 2, 64, 6
 T47_ACCEPTANCE, T47_MEAN_EMITTED = 0.333, 2.930
 VOCAB, CLUSTERS, CLUSTER_SIZE = 151_936, 9_496, 16
 GEMMA_AGREEMENT = DATA / "gemma3_270m_agreement.json"  # ours: python -m measure.recall on Gemma 3 270M
 # ASSUMPTIONS
-PROMPT_LEN = 128                # not published
+PROMPT_LEN = 128  # not published
 ITEM_MS, COPY_MS = 0.014, 0.021  # machines.md (our H200), the study publishes none
 
 
 def timing(ms: float, p10: float | None = None, p90: float | None = None, n: int = 1) -> dict:
-    return {"median_ms": round(ms, 4), "p10_ms": round(p10 if p10 is not None else ms, 4),
-            "p90_ms": round(p90 if p90 is not None else ms, 4), "n": n}
+    return {
+        "median_ms": round(ms, 4),
+        "p10_ms": round(p10 if p10 is not None else ms, 4),
+        "p90_ms": round(p90 if p90 is not None else ms, 4),
+        "n": n,
+    }
 
 
 def table4_7_trace(seed_limit: int = 100_000) -> list[dict]:
@@ -60,11 +65,24 @@ def table4_7_trace(seed_limit: int = 100_000) -> list[dict]:
                 while accepted < T47_K and rng.random() < 0.69:
                     accepted += 1
                 emitted = min(accepted + 1, remaining)
-                lines.append({"schema": TRACE_SCHEMA, "prompt_id": f"study-{prompt + 1}",
-                              "round": index, "schedule": "ordinary", "head": "dense", "probes": None,
-                              "K": T47_K, "proposed": T47_K, "accepted": accepted, "emitted": emitted,
-                              "verify_skipped": accepted == 0, "context": context, "lookahead_used": None,
-                              "weights": "study-derived"})
+                lines.append(
+                    {
+                        "schema": TRACE_SCHEMA,
+                        "prompt_id": f"study-{prompt + 1}",
+                        "round": index,
+                        "schedule": "ordinary",
+                        "head": "dense",
+                        "probes": None,
+                        "K": T47_K,
+                        "proposed": T47_K,
+                        "accepted": accepted,
+                        "emitted": emitted,
+                        "verify_skipped": accepted == 0,
+                        "context": context,
+                        "lookahead_used": None,
+                        "weights": "study-derived",
+                    }
+                )
                 remaining -= emitted
                 context += accepted + 1
                 index += 1
@@ -97,9 +115,14 @@ def agreement(probes: list[int]) -> dict:
             continue
         j = next(i for i in range(1, len(xs)) if x <= xs[i])
         out.append((p, rs[j - 1] + (rs[j] - rs[j - 1]) * (x - xs[j - 1]) / (xs[j] - xs[j - 1])))
-    return {"source": "gemma-3-270m (real weights), not Qwen3-0.6B", "synthetic": False,
-            "probes": [p for p, _ in out], "r": [round(r, 6) for _, r in out], "n": measured["n"],
-            "measured_on": {k: measured[k] for k in ("model", "clusters", "cluster_size", "probes", "r", "source")}}
+    return {
+        "source": "gemma-3-270m (real weights), not Qwen3-0.6B",
+        "synthetic": False,
+        "probes": [p for p, _ in out],
+        "r": [round(r, 6) for _, r in out],
+        "n": measured["n"],
+        "measured_on": {k: measured[k] for k in ("model", "clusters", "cluster_size", "probes", "r", "source")},
+    }
 
 
 def profile(trace: list[dict]) -> dict:
@@ -115,26 +138,47 @@ def profile(trace: list[dict]) -> dict:
         "created": "2026-11-22T00:00:00Z",
         "env": {"gpus": ["the study's GPU (not named in our reference)"], "source": "published tables"},
         "setup": {
-            "target": {"name": "Qwen3-32B-AWQ", "weights": "study-derived", "dtype": "awq-int4",
-                       "kernel": "Hugging Face eager (study)"},
+            "target": {
+                "name": "Qwen3-32B-AWQ",
+                "weights": "study-derived",
+                "dtype": "awq-int4",
+                "kernel": "Hugging Face eager (study)",
+            },
             "draft": {"name": "Qwen3-0.6B", "weights": "study-derived", "dtype": "bf16"},
-            "placement": "two-gpu", "context_lengths": [PROMPT_LEN], "prompt_lengths": [PROMPT_LEN],
-            "K_max": 8, "default_regime": "eager",
+            "placement": "two-gpu",
+            "context_lengths": [PROMPT_LEN],
+            "prompt_lengths": [PROMPT_LEN],
+            "K_max": 8,
+            "default_regime": "eager",
         },
-        "flashhead": {"clusters": CLUSTERS, "cluster_size": CLUSTER_SIZE, "default_probes": CLUSTERS // 16,
-                      "agreement": agreement(probes)},
-        "regimes": {"eager": {
-            "target": {"forward_ms": {"points": forward},
-                       "prefill_ms": {"points": [dict(timing(TTFT_MS), prompt_len=PROMPT_LEN)]}},
-            "draft": {"body_ms": timing(body),
-                      "head_dense_ms": timing(DENSE_HEAD_MS),
-                      "head_flashhead_ms": {"points": [dict(timing(flashhead_ms(p)), probes=p) for p in probes]},
-                      "append_ms": timing(body),
-                      "prefill_ms": {"points": [dict(timing(DENSE_STEP_MS), prompt_len=PROMPT_LEN)]},
-                      "kv_crop_ms": timing(0.0)},
-            "host": {"item_ms": timing(ITEM_MS), "copy_token_ms": timing(COPY_MS),
-                     "event_sync_ms": timing(0.0), "round_bookkeeping_ms": timing(0.0)},
-        }},
+        "flashhead": {
+            "clusters": CLUSTERS,
+            "cluster_size": CLUSTER_SIZE,
+            "default_probes": CLUSTERS // 16,
+            "agreement": agreement(probes),
+        },
+        "regimes": {
+            "eager": {
+                "target": {
+                    "forward_ms": {"points": forward},
+                    "prefill_ms": {"points": [dict(timing(TTFT_MS), prompt_len=PROMPT_LEN)]},
+                },
+                "draft": {
+                    "body_ms": timing(body),
+                    "head_dense_ms": timing(DENSE_HEAD_MS),
+                    "head_flashhead_ms": {"points": [dict(timing(flashhead_ms(p)), probes=p) for p in probes]},
+                    "append_ms": timing(body),
+                    "prefill_ms": {"points": [dict(timing(DENSE_STEP_MS), prompt_len=PROMPT_LEN)]},
+                    "kv_crop_ms": timing(0.0),
+                },
+                "host": {
+                    "item_ms": timing(ITEM_MS),
+                    "copy_token_ms": timing(COPY_MS),
+                    "event_sync_ms": timing(0.0),
+                    "round_bookkeeping_ms": timing(0.0),
+                },
+            }
+        },
         "notes": [
             "STUDY-DERIVED, not measured by us: every cost comes from the study's published tables.",
             f"INPUT target forward n=1: 1000 / {BASELINE_TOK_S} baseline tok/s (Table 4.5) = {t1:.2f} ms.",
@@ -161,8 +205,9 @@ def profile(trace: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.derive_study", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.derive_study", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out-dir", default=str(DATA), help=f"folder for the two files (default {DATA})")
     out = Path(parser.parse_args(argv).out_dir)
     trace = table4_7_trace()

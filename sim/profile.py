@@ -1,4 +1,5 @@
 """A cost profile (contracts.profile) ready to simulate: costs per regime, dotted-path edits, r(p)."""
+
 from __future__ import annotations
 
 import copy
@@ -21,7 +22,9 @@ class Profile:
         check_profile(raw, source)
         self.raw, self.source = raw, source
         fixed_width = raw["setup"].get("fixed_width")
-        self.costs = {name: Costs(body, f"{source}: regimes.{name}", fixed_width) for name, body in raw["regimes"].items()}
+        self.costs = {
+            name: Costs(body, f"{source}: regimes.{name}", fixed_width) for name, body in raw["regimes"].items()
+        }
         self.default_regime = raw["setup"].get("default_regime", next(iter(raw["regimes"])))
         flashhead = raw["flashhead"]
         self.clusters = flashhead["clusters"]
@@ -38,8 +41,10 @@ class Profile:
     def label(self) -> str:
         setup = self.raw["setup"]
         t, d = setup.get("target", {}), setup.get("draft", {})
-        return (f"{t.get('name', '?')} ({t.get('weights', '?')}) + {d.get('name', '?')} "
-                f"({d.get('weights', '?')}), {setup['placement']}")
+        return (
+            f"{t.get('name', '?')} ({t.get('weights', '?')}) + {d.get('name', '?')} "
+            f"({d.get('weights', '?')}), {setup['placement']}"
+        )
 
     def agreement_at(self, probes: int) -> float | None:
         """r(p), linear in log2(p) between measured points, 1 when every cluster is probed."""
@@ -58,7 +63,7 @@ class Profile:
                 return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
         return ys[-1]
 
-    def edited(self, edits: list[tuple[str, str, float]], regime: str) -> "Profile":
+    def edited(self, edits: list[tuple[str, str, float]], regime: str) -> Profile:
         """A copy with numeric fields set (`=`) or scaled (`*=`); paths resolve in the regime first."""
         raw = copy.deepcopy(self.raw)
         for path, op, value in edits:

@@ -1,4 +1,5 @@
 """Tables on stdout and files (JSON, CSV, PNG) for simulated results; files written atomically."""
+
 from __future__ import annotations
 
 import csv
@@ -9,8 +10,13 @@ from pathlib import Path
 from contracts.files import write_atomic
 from contracts.names import SIMULATED_PHASES
 
-SHARE_COLUMNS = (("draft_body", "body%"), ("draft_head", "head%"), ("sync", "sync%"),
-                 ("verify", "verify%"), ("finalize", "final%"))
+SHARE_COLUMNS = (
+    ("draft_body", "body%"),
+    ("draft_head", "head%"),
+    ("sync", "sync%"),
+    ("verify", "verify%"),
+    ("finalize", "final%"),
+)
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -32,8 +38,7 @@ def flat(row: dict) -> dict:
 
 def render(headers: list[str], lines: list[list[str]]) -> str:
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(headers)]
-    text = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)),
-            "  ".join("-" * w for w in widths)]
+    text = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     text += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines]
     return "\n".join(text)
 
@@ -56,8 +61,13 @@ columns:
 def _columns(wide: bool) -> list[tuple[str, object]]:
     """(header, cell of a row) for the table; the default fits 100 columns."""
     share = lambda key: lambda r: f"{100 * r['phase_share'][key]:.1f}"  # noqa: E731
-    columns = [("schedule", lambda r: r["schedule"]), ("head", lambda r: r["head"]), ("K", lambda r: str(r["K"])),
-               ("tok/s", lambda r: _fmt(r["decode_tok_s"])), ("speedup", lambda r: _fmt(r["speedup"], 3))]
+    columns = [
+        ("schedule", lambda r: r["schedule"]),
+        ("head", lambda r: r["head"]),
+        ("K", lambda r: str(r["K"])),
+        ("tok/s", lambda r: _fmt(r["decode_tok_s"])),
+        ("speedup", lambda r: _fmt(r["speedup"], 3)),
+    ]
     if wide:
         columns += [("TTFT ms", lambda r: _fmt(r["ttft_ms"], 1)), ("TPOT ms", lambda r: _fmt(r["tpot_ms"], 2))]
     columns += [("acc/prop", lambda r: _fmt(r["acceptance"], 3)), ("tok/rd", lambda r: _fmt(r["mean_emitted"], 2))]
@@ -83,9 +93,17 @@ def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
     lines = []
     for b, a in zip(before, after):
         delta = 100.0 * (a["decode_tok_s"] / b["decode_tok_s"] - 1) if b["decode_tok_s"] else None
-        lines.append([b["schedule"], b["head"] if b["head"] == a["head"] else f"{b['head']}->{a['head']}",
-                      _fmt(b["decode_tok_s"]), _fmt(a["decode_tok_s"]), _fmt(delta, 1) if delta is not None else "-",
-                      _fmt(b["acceptance"], 3), _fmt(a["acceptance"], 3)])
+        lines.append(
+            [
+                b["schedule"],
+                b["head"] if b["head"] == a["head"] else f"{b['head']}->{a['head']}",
+                _fmt(b["decode_tok_s"]),
+                _fmt(a["decode_tok_s"]),
+                _fmt(delta, 1) if delta is not None else "-",
+                _fmt(b["acceptance"], 3),
+                _fmt(a["acceptance"], 3),
+            ]
+        )
     return f"what-if: {change}\n" + render(headers, lines)
 
 
@@ -118,8 +136,10 @@ def _png(fig) -> bytes:
 
 def phase_share_figure(rows: list[dict], title: str) -> bytes:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     phases = SIMULATED_PHASES
     labels = [f"{r['schedule']}\n{r['head']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
@@ -139,8 +159,10 @@ def phase_share_figure(rows: list[dict], title: str) -> bytes:
 
 def sweep_figure(rows: list[dict], key: str, title: str) -> bytes:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6.5, 4))
     series: dict[str, list] = {}
     for row in rows:

@@ -4,36 +4,47 @@ A what-if is `key=value` or, for numeric profile fields, `key*=factor`. Named ke
 question asked; any other key is a dotted path into the profile (the regime's costs first), e.g.
 `draft.body_ms*=0.5` or `host.item_ms=0`.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .acceptance import (AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance,
-                         PerPositionAcceptance, TraceReplay)
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.names import REGIME_OF_GRAPHS_FLAG, SPECULATIVE_SCHEDULES
 
+from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
 from .schedules import Config
 from .simulate import simulate
 from .trace import rounds_by_prompt
 
 DEFAULT_TRACE = DATA / "study_trace.jsonl"
-NAMED_KEYS = ("probes", "K", "schedule", "head", "placement", "acceptance", "graphs",
-              "prompts", "max_new_tokens", "prompt_len", "seed")
+NAMED_KEYS = (
+    "probes",
+    "K",
+    "schedule",
+    "head",
+    "placement",
+    "acceptance",
+    "graphs",
+    "prompts",
+    "max_new_tokens",
+    "prompt_len",
+    "seed",
+)
 
 
 @dataclass(frozen=True)
 class Scenario:
     profile: str = "default"
-    graphs: str | None = None          # on | off; None: the profile's default regime
+    graphs: str | None = None  # on | off; None: the profile's default regime
     schedules: tuple = SPECULATIVE_SCHEDULES  # the baseline always runs, for speedups
     heads: tuple = HEADS
-    K: int | None = None               # None: the trace's K, else 6
-    probes: int | None = None          # None: the profile's default probes
-    placement: str | None = None       # None: the profile's placement
+    K: int | None = None  # None: the trace's K, else 6
+    probes: int | None = None  # None: the profile's default probes
+    placement: str | None = None  # None: the profile's placement
     acceptance: str = "default"
     prompts: int | None = None
     max_new_tokens: int | None = None
@@ -47,8 +58,14 @@ class Scenario:
 
 # Documented limits of what one simulation is asked (README, `python -m sim --help`): beyond them a run
 # takes minutes with no answer, or describes no decoder that exists.
-LIMITS = {"K": 64, "probes": 1 << 20, "prompts": 10_000, "max_new_tokens": 100_000, "prompt_len": 1_000_000,
-          "seed": 2**32 - 1}
+LIMITS = {
+    "K": 64,
+    "probes": 1 << 20,
+    "prompts": 10_000,
+    "max_new_tokens": 100_000,
+    "prompt_len": 1_000_000,
+    "seed": 2**32 - 1,
+}
 MAX_DECODE_TOKENS = 2_000_000  # prompts x new tokens per configuration: about a minute at worst
 NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
 
@@ -82,8 +99,10 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
         changed = replace(s, **{key: _int(label, key, value, low)})
         tokens = (changed.prompts or 8) * (changed.max_new_tokens or 64)
         if tokens > MAX_DECODE_TOKENS:
-            raise UsageError(f"{label}: {changed.prompts or 8} generations x {changed.max_new_tokens or 64} tokens "
-                             f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate")
+            raise UsageError(
+                f"{label}: {changed.prompts or 8} generations x {changed.max_new_tokens or 64} tokens "
+                f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate"
+            )
         return changed
     if key == "schedule":
         return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
@@ -97,8 +116,10 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
         parse_acceptance(value)  # fail early on a malformed value
         return replace(s, acceptance=value)
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise UsageError(f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path "
-                         "(python -m sim --help lists them)")
+        raise UsageError(
+            f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path "
+            "(python -m sim --help lists them)"
+        )
     try:
         number = float(value)
     except ValueError:
@@ -147,7 +168,7 @@ class Resolved:
 
     profile: Profile
     regime: str
-    sources: dict      # head -> acceptance source for that head
+    sources: dict  # head -> acceptance source for that head
     generations: list
     configs: list
     notes: list
@@ -161,19 +182,26 @@ def resolve(s: Scenario) -> Resolved:
         raise UsageError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
     profile = base.edited(list(s.edits), regime) if s.edits else base
     notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
-    notes += [f"warning: the what-if {path}{op}{value:g} makes it free: predictions that use it describe no real "
-              "machine" for path, op, value in s.edits if value == 0 and not path.startswith("host.")]
+    notes += [
+        f"warning: the what-if {path}{op}{value:g} makes it free: predictions that use it describe no real machine"
+        for path, op, value in s.edits
+        if value == 0 and not path.startswith("host.")
+    ]
     if "study-derived" in profile.label():
         notes.append("profile derived from the study's published tables (see its notes)")
     if "synthetic" in profile.label():
         notes.append("profile measured with SYNTHETIC weights (real shapes, random values)")
     if profile.costs[regime].read_gap is None:
-        notes.append("host gap after each read: not measured in this profile; taken as round_bookkeeping_ms less "
-                     "the token copies it contains")
+        notes.append(
+            "host gap after each read: not measured in this profile; taken as round_bookkeeping_ms less "
+            "the token copies it contains"
+        )
     source = parse_acceptance(s.acceptance)
     probes = s.probes or profile.default_probes
     if probes > profile.clusters:
-        raise UsageError(f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})")
+        raise UsageError(
+            f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})"
+        )
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
@@ -200,8 +228,11 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
     """The acceptance the simulated head sees: scaled by FlashHead agreement where it is known."""
     if profile.agreement is None:
         if head == "flashhead":
-            why = ("its agreement curve was measured on synthetic weights" if profile.agreement_ignored
-                   else "profile has no agreement curve r(p)")
+            why = (
+                "its agreement curve was measured on synthetic weights"
+                if profile.agreement_ignored
+                else "profile has no agreement curve r(p)"
+            )
             notes.append(f"flashhead: acceptance as given ({why}; probes change cost only)")
         return source
     if isinstance(source, TraceReplay):
@@ -212,10 +243,57 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
     if abs(r1 - r0) < 1e-12:
         return source
     if r0 == 0:
-        raise UsageError(f"{head}: the source's head agrees with the dense head nowhere (r=0); "
-                            "its acceptance cannot be rescaled to other probes")
+        raise UsageError(
+            f"{head}: the source's head agrees with the dense head nowhere (r=0); "
+            "its acceptance cannot be rescaled to other probes"
+        )
     notes.append(f"{head}: acceptance scaled by agreement r({probes})={r1:.4f} against r={r0:.4f} of the source")
     return AgreementScaled(source, r0, r1)
+
+
+def timeline(s: Scenario) -> tuple[list[tuple], dict]:
+    """What every stream does in one configuration of the scenario, as contracts.timeline intervals
+    and the file's otherData: its first speculative configuration (the first schedule with the first
+    head; the baseline where it has none), over its first generation."""
+    r = resolve(s)
+    costs = r.profile.costs[r.regime]
+    config = next((c for c in r.configs if c.schedule != "baseline"), r.configs[0])
+    generation = r.generations[0]
+    row = simulate(costs, config, r.sources[config.head], [generation], s.seed, ceiling=False, timeline=True)
+    setup = r.profile.raw["setup"]
+    weights = {setup.get(part, {}).get("weights", "unknown") for part in ("target", "draft")}
+    speculative = config.schedule != "baseline"
+    meta = {
+        "source": "simulator",
+        "weights": "synthetic" if "synthetic" in weights else "+".join(sorted(weights)),
+        "configuration": {
+            "name": f"{config.schedule}-{config.head}-K{config.K}" if speculative else "baseline",
+            "schedule": config.schedule,
+            "head": config.head if speculative else "dense",
+            "K": config.K if speculative else 0,
+            "probes": config.probes if speculative and config.head == "flashhead" else None,
+            "placement": config.placement,
+            "regime": r.regime,
+        },
+        "chosen": (
+            "the scenario's first speculative configuration (first schedule, first head)"
+            if speculative
+            else "the baseline (the scenario has no speculative schedule)"
+        ),
+        "generation": {
+            "index": 0,
+            "prompt_id": generation.prompt_id,
+            "prompt_len": generation.prompt_len,
+            "decode_tokens": generation.decode_tokens,
+        },
+        "time_origin": "the generation's decode start (its first token on the host); its prefills are before it",
+        "profile": f"{r.profile.label()} [{r.profile.source}]",
+        "edits": [f"{path}{op}{value:g}" for path, op, value in s.edits],
+        "decode_ms": row["decode_ms"],
+        "phase_ms": row["phase_ms"],
+        "notes": r.notes,
+    }
+    return row["timeline"], meta
 
 
 def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
@@ -226,8 +304,10 @@ def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
     for config in r.configs:
         row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling)
         if row["decode_ms"] <= 0:
-            raise UsageError(f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "
-                             "are zero, so no throughput can be predicted")
+            raise UsageError(
+                f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "
+                "are zero, so no throughput can be predicted"
+            )
         rows.append(row)
     base = rows[0]["decode_tok_s"]
     for row in rows:

@@ -12,7 +12,11 @@ waits for the whole target stream, as a read of target-device values does.
 
 `SimulatedRun.events`, when a list, logs one `(name, stream, tokens)` per operation in host issue
 order, the same log `model.decoder.Decoder(events=...)` keeps (docs/contracts.md).
+`SimulatedRun.timeline`, when a list, records what every stream does, as intervals
+`(stream, name, start_ms, end_ms, args)` of `contracts.timeline`: each device's work by phase, and
+the host's issue time of each launch, its reads (`sync`) and its gaps after them (`host_gap`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -44,20 +48,41 @@ class DeviceStream:
         """What a wait for everything queued on this stream so far waits for."""
         return [self.tail, *self.waits]
 
-    def run(self, machine: "SimulatedRun", phases: dict, device_ms: float, not_before: float, after):
+    def run(self, machine: SimulatedRun, phases: dict, device_ms: float, not_before: float, after, pieces=None):
+        """`pieces` (with a timeline only): the work's parts in order, (name, device_ms, host_ms)."""
         previous = self.tail
         after, self.waits = [*after, *self.waits], []
-        self.tail = self.env.process(self._work(machine, previous, phases, device_ms, not_before, after))
+        self.tail = self.env.process(
+            self._work(machine, previous, phases, device_ms, not_before, after, pieces, machine.timeline)
+        )
         return self.tail
 
-    def _work(self, machine, previous, phases, device_ms, not_before, after):
+    def _work(self, machine, previous, phases, device_ms, not_before, after, pieces, timeline):
         for event in (previous, *after):
             if event is not None and not event.processed:
                 yield event
-        end = max(self.env.now + device_ms, not_before)
-        yield self.env.timeout(end - self.env.now)
+        start = self.env.now
+        end = max(start + device_ms, not_before)
+        yield self.env.timeout(end - start)
         for phase, ms in phases.items():
             machine.busy[phase] += ms
+        if timeline is not None:
+            self._record(timeline, pieces, start, end)
+
+    def _record(self, timeline: list, pieces, start: float, end: float) -> None:
+        """The pieces in order within [start, end]. A launch-bound launch takes longer than its device
+        time (the host issues it no faster): each piece then ends when its share of that time is over,
+        as the device runs each kernel once it is issued. Durations are the device costs."""
+        total = sum(ms for _, ms, _ in pieces)
+        if total <= 0:
+            return
+        stretch, done, previous = (end - start) / total, 0.0, start
+        for name, ms, _ in pieces:
+            done += ms
+            stop = min(end, max(start + done * stretch, previous + ms))
+            if ms > 0:
+                timeline.append((self.name, name, max(previous, stop - ms), stop, {}))
+                previous = stop
 
 
 @dataclass
@@ -72,6 +97,7 @@ class SimulatedRun:
     calls: Counter = field(default_factory=Counter)
     rounds: list = field(default_factory=list)
     events: list | None = None  # the event log, when asked for: (name, stream, tokens) per operation
+    timeline: list | None = None  # intervals (stream, name, start, end, args) of launches made while a list
 
     def __post_init__(self):
         self.target = DeviceStream(self.env, "target-device")
@@ -94,17 +120,44 @@ class SimulatedRun:
         if self.events is not None:
             self.events.append((name, stream, tokens))
 
-    def launch(self, stream: DeviceStream, phases: dict, host_ms: float = 0.0, after=(), cross_wait: bool = False):
+    def launch(
+        self, stream: DeviceStream, phases: dict, host_ms: float = 0.0, after=(), cross_wait: bool = False, pieces=None
+    ):
         """Issue work on a device stream; the host is busy for host_ms. Returns the completion event.
 
         `after`: other events the work waits for besides its stream's earlier work. `cross_wait`:
-        it waits for the other device (a cross-device event wait: event_sync_ms on two devices)."""
+        it waits for the other device (a cross-device event wait: event_sync_ms on two devices).
+        `pieces` (for the timeline; by default one per phase): the parts of the work in order,
+        (name, device_ms, host_ms), their host times summing to host_ms."""
         if cross_wait and self.cross_wait_ms:
             phases = {**phases, "sync": phases.get("sync", 0.0) + self.cross_wait_ms}
-        done = stream.run(self, phases, sum(phases.values()), self.env.now + host_ms, [e for e in after if e is not None])
+        if self.timeline is not None:
+            pieces = pieces or self._pieces(phases, host_ms)
+            self._issue(pieces)
+        done = stream.run(
+            self, phases, sum(phases.values()), self.env.now + host_ms, [e for e in after if e is not None], pieces
+        )
         if host_ms:
             yield self.env.timeout(host_ms)
         return done
+
+    @staticmethod
+    def _pieces(phases: dict, host_ms: float) -> list[tuple[str, float, float]]:
+        """A launch's timeline pieces, one per phase: a cross-device wait (`sync`) first, the host's
+        issue time on the last."""
+        ordered = sorted(phases.items(), key=lambda item: item[0] != "sync")
+        return [
+            (TIMELINE_NAME.get(phase, phase), ms, host_ms if i == len(ordered) - 1 else 0.0)
+            for i, (phase, ms) in enumerate(ordered)
+        ]
+
+    def _issue(self, pieces) -> None:
+        """The host's issue time of each piece of a launch, from now on (timeline)."""
+        at = self.env.now
+        for name, _, host_ms in pieces:
+            if host_ms > 0:
+                self.timeline.append(("host", name, at, at + host_ms, {}))
+                at += host_ms
 
     def sync(self, *events, phase: str = "sync"):
         """The host waits for device work and materializes a scalar (`.item()`)."""
@@ -112,11 +165,16 @@ class SimulatedRun:
             if event is not None and not event.processed:
                 yield event
         self.busy[phase] += self.item_ms
+        if self.timeline is not None and phase == "sync" and self.item_ms:
+            self.timeline.append(("host", "sync", self.env.now, self.env.now + self.item_ms, {}))
         yield self.env.timeout(self.item_ms)
 
-    def host_work(self, ms: float, phase: str = "other"):
+    def host_work(self, ms: float, phase: str = "other", name: str | None = None):
+        """The host busy for ms (charged to `phase`); `name`: its name on the timeline."""
         self.busy[phase] += ms
         if ms:
+            if self.timeline is not None and name:
+                self.timeline.append(("host", name, self.env.now, self.env.now + ms, {}))
             yield self.env.timeout(ms)
 
     # --- operations of the loop, one per operation of model.decoder.Decoder --------------------
@@ -133,7 +191,7 @@ class SimulatedRun:
         self.log("sync", "target")
         yield from self.sync(*self.target.queued())
         if not final:
-            yield from self.host_work(self.read_gap_ms)
+            yield from self.host_work(self.read_gap_ms, name="host_gap")
 
     def copy_tokens(self, source: str, tokens: int):
         """`Decoder.to_target` (source "draft") or `to_draft` (source "target"), on two devices only
@@ -152,8 +210,10 @@ class SimulatedRun:
         """`Decoder.verify` (name "verify") or a standalone one (name "append": `Decoder.append`, and
         the baseline's forwards, which the decoder charges to the verify phase)."""
         c = self.costs.verify
-        device_ms, host_ms = self._cost(("target", n_tokens, context), lambda: (
-            c.device_ms(n_tokens=n_tokens, context=context), c.host_ms(n_tokens=n_tokens, context=context)))
+        device_ms, host_ms = self._cost(
+            ("target", n_tokens, context),
+            lambda: (c.device_ms(n_tokens=n_tokens, context=context), c.host_ms(n_tokens=n_tokens, context=context)),
+        )
         self.calls[name] += 1
         self.log(name, "target", n_tokens)
         phase = phase or ("verify" if name == "verify" else "finalize")
@@ -165,20 +225,40 @@ class SimulatedRun:
         later one the previous proposal."""
         if self.events is not None:
             self.events += [("draft_step", "draft", first_tokens)] + [("draft_step", "draft", 1)] * (steps - 1)
-        body_ms, head_ms, host_ms = self._cost(("draft", steps, context, first_tokens),
-                                               lambda: self._draft_cost(steps, context, first_tokens))
+        body_ms, head_ms, host_ms = self._cost(
+            ("draft", steps, context, first_tokens), lambda: self._draft_cost(steps, context, first_tokens)
+        )
         self.calls["draft_steps"] += steps
-        return (yield from self.launch(self.draft, {"draft_body": body_ms, "draft_head": head_ms}, host_ms))
+        pieces = self._draft_pieces(steps, context, first_tokens) if self.timeline is not None else None
+        return (
+            yield from self.launch(self.draft, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces)
+        )
 
     def propose(self, context: int):
         """`Decoder.propose`: K draft steps from f, at position p = context - 1. The first feeds
         [prev, f] at p - 1 (2 tokens after p - 1 cached ones), the next ones d1..d(K-1) at p + 1.."""
         return (yield from self.draft_steps(self.config.K, context - 2, first_tokens=2))
 
+    @staticmethod
+    def _draft_points(steps: int, context: int, first_tokens: int) -> list[tuple[int, int]]:
+        """Step j's (n_tokens, context): a profile without an n_tokens axis costs every step as one token."""
+        return [(first_tokens, context)] + [(1, context + first_tokens + j - 1) for j in range(1, steps)]
+
+    def _draft_pieces(self, steps: int, context: int, first_tokens: int) -> list[tuple[str, float, float]]:
+        """The timeline's pieces of `draft_steps`: body, then head, per step, (name, device_ms, host_ms)."""
+        body, head, p = self.costs.draft_body, self.costs.head(self.config.head), self.config.probes
+        head_ms = (0.0, 0.0) if self.free_head else (head.device_ms(probes=p), head.host_ms(probes=p))
+        pieces = []
+        for n, c in self._draft_points(steps, context, first_tokens):
+            pieces += [
+                ("draft_body", body.device_ms(n_tokens=n, context=c), body.host_ms(n_tokens=n, context=c)),
+                ("draft_head", head_ms[0], 0.0 if self.free_head else head_ms[1]),
+            ]
+        return pieces
+
     def _draft_cost(self, steps: int, context: int, first_tokens: int):
         body, head, p = self.costs.draft_body, self.costs.head(self.config.head), self.config.probes
-        # step j's (n_tokens, context): a profile without an n_tokens axis costs every step as one token
-        points = [(first_tokens, context)] + [(1, context + first_tokens + j - 1) for j in range(1, steps)]
+        points = self._draft_points(steps, context, first_tokens)
         body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
         host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
         if self.free_head:
@@ -187,19 +267,32 @@ class SimulatedRun:
 
     def prefill(self, generation: Generation, with_draft: bool):
         t, L = self.costs.target_prefill, generation.prompt_len
-        target_done = yield from self.launch(self.target, {"prefill": t.device_ms(prompt_len=L)},
-                                             t.host_ms(prompt_len=L))
+        target_done = yield from self.launch(
+            self.target, {"prefill": t.device_ms(prompt_len=L)}, t.host_ms(prompt_len=L)
+        )
         if with_draft:  # the draft's stream runs its first steps after this
             d = self.costs.draft_prefill
             yield from self.launch(self.draft, {"initial": d.device_ms(prompt_len=L)}, d.host_ms(prompt_len=L))
         yield from self.sync(target_done, phase="prefill")  # the first token belongs to TTFT
 
     def record(self, generation, index, K, accepted, emitted, skipped, context, lookahead=None):
-        self.rounds.append({
-            "prompt_id": generation.prompt_id, "round": index, "K": K, "proposed": K,
-            "accepted": accepted, "emitted": emitted, "verify_skipped": skipped,
-            "context": context, "lookahead_used": lookahead,
-        })
+        self.rounds.append(
+            {
+                "prompt_id": generation.prompt_id,
+                "round": index,
+                "K": K,
+                "proposed": K,
+                "accepted": accepted,
+                "emitted": emitted,
+                "verify_skipped": skipped,
+                "context": context,
+                "lookahead_used": lookahead,
+            }
+        )
+
+
+# Timeline names of the phases a launch is charged to, where they differ: a device's `other` is a token copy.
+TIMELINE_NAME = {"other": "copy_tokens"}
 
 
 def read_gap_ms(costs: Costs, two_devices: bool) -> float:
@@ -215,6 +308,7 @@ def read_gap_ms(costs: Costs, two_devices: bool) -> float:
 # --- schedules: one generator per schedule, each decoding one generation after its first token --
 # Each follows its namesake in model/schedules.py operation for operation (docs/contracts.md,
 # "Schedule event order"); tests/test_schedule_parity.py compares the two event logs.
+
 
 def baseline(m: SimulatedRun, g: Generation, block):
     """One target forward per token (counted as an append, charged to verify, as the decoder does);
@@ -312,6 +406,9 @@ def pipelined_deferred(m, g, block):
 
 
 RUNNERS = {
-    "baseline": baseline, "ordinary": ordinary, "pipelined": pipelined,
-    "deferred": deferred, "pipelined-deferred": pipelined_deferred,
+    "baseline": baseline,
+    "ordinary": ordinary,
+    "pipelined": pipelined,
+    "deferred": deferred,
+    "pipelined-deferred": pipelined_deferred,
 }

@@ -1,46 +1,77 @@
 """Run one configuration through the SimPy model and reduce it to the study's metrics."""
+
 from __future__ import annotations
 
 import statistics
 
 import simpy
 
-from .acceptance import Generation
-from .costs import Costs
 from contracts.names import SIMULATED_PHASES
 
+from .acceptance import Generation
+from .costs import Costs
 from .schedules import RUNNERS, Config, SimulatedRun
 
 
-def _run(costs: Costs, config: Config, source, generations: list[Generation], seed: int,
-         free_head: bool = False, events: bool = False) -> dict:
+def _run(
+    costs: Costs,
+    config: Config,
+    source,
+    generations: list[Generation],
+    seed: int,
+    free_head: bool = False,
+    events: bool = False,
+    timeline: bool = False,
+) -> dict:
     env = simpy.Environment()
     m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None)
-    ttft, decode = [], []
+    ttft, decode, recorded = [], [], {}
 
     def host_thread():
         with m.host.request() as host:
             yield host
-            for g in generations:
+            for index, g in enumerate(generations):
+                if timeline and index == 0:  # record the first generation's launches, from its prefill on
+                    m.timeline = recorded["intervals"] = []
                 start = env.now
                 yield from m.prefill(g, with_draft=config.schedule != "baseline")
                 ttft.append(env.now - start)
                 first = env.now
+                if timeline and index == 0:
+                    recorded["origin"] = first
                 yield from RUNNERS[config.schedule](m, g, source.stream(g, seed))
                 decode.append(env.now - first)
+                m.timeline = None  # launches of later generations are not recorded
 
     env.process(host_thread())
     env.run()
-    return {"run": m, "ttft": ttft, "decode": decode}
+    result = {"run": m, "ttft": ttft, "decode": decode}
+    if timeline:  # times from the first generation's decode start
+        origin = recorded.get("origin", 0.0)
+        result["timeline"] = [
+            (stream, name, a - origin, b - origin, args) for stream, name, a, b, args in recorded.get("intervals", [])
+        ]
+    return result
 
 
-def simulate(costs: Costs, config: Config, source, generations: list[Generation], seed: int = 0,
-             ceiling: bool = True, events: bool = False) -> dict:
+def simulate(
+    costs: Costs,
+    config: Config,
+    source,
+    generations: list[Generation],
+    seed: int = 0,
+    ceiling: bool = True,
+    events: bool = False,
+    timeline: bool = False,
+) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
     `events`: also return the event log of every generation in turn (`result["events"]`: one
-    `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them)."""
-    run = _run(costs, config, source, generations, seed, events=events)
+    `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them).
+    `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
+    `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
+    start; its prefills before it)."""
+    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline)
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
@@ -48,13 +79,17 @@ def simulate(costs: Costs, config: Config, source, generations: list[Generation]
     proposed = sum(r["proposed"] for r in rounds)
     phases = {p: m.busy[p] for p in SIMULATED_PHASES}
     result = {
-        "schedule": config.schedule, "head": config.head if config.schedule != "baseline" else "-",
+        "schedule": config.schedule,
+        "head": config.head if config.schedule != "baseline" else "-",
         "K": config.K if config.schedule != "baseline" else 0,
         "probes": config.probes if config.head == "flashhead" and config.schedule != "baseline" else None,
         "placement": config.placement,
-        "generations": len(generations), "decode_tokens": tokens,
-        "decode_ms": decode_ms, "decode_tok_s": 1000.0 * tokens / decode_ms if decode_ms else 0.0,
-        "ttft_ms": statistics.median(run["ttft"]), "tpot_ms": decode_ms / tokens if tokens else 0.0,
+        "generations": len(generations),
+        "decode_tokens": tokens,
+        "decode_ms": decode_ms,
+        "decode_tok_s": 1000.0 * tokens / decode_ms if decode_ms else 0.0,
+        "ttft_ms": statistics.median(run["ttft"]),
+        "tpot_ms": decode_ms / tokens if tokens else 0.0,
         "acceptance": sum(r["accepted"] for r in rounds) / proposed if proposed else None,
         "mean_emitted": tokens / len(rounds) if rounds else None,
         "rounds": len(rounds),
@@ -71,9 +106,13 @@ def simulate(costs: Costs, config: Config, source, generations: list[Generation]
         free = _run(costs, config, source, generations, seed, free_head=True)
         free_ms = sum(free["decode"])
         result["head_only_tok_s"] = 1000.0 * tokens / free_ms if free_ms else 0.0
-        result["head_only_ratio"] = result["head_only_tok_s"] / result["decode_tok_s"] if result["decode_tok_s"] else None
+        result["head_only_ratio"] = (
+            result["head_only_tok_s"] / result["decode_tok_s"] if result["decode_tok_s"] else None
+        )
     else:
         result["head_only_tok_s"] = result["head_only_ratio"] = None
     if events:
         result["events"] = m.events
+    if timeline:
+        result["timeline"] = run["timeline"]
     return result

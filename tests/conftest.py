@@ -1,4 +1,5 @@
 """Shared test settings."""
+
 import os
 
 import pytest

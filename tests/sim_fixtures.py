@@ -1,4 +1,5 @@
 """A small hand-checkable profile and trace for the simulator tests."""
+
 import json
 
 
@@ -11,18 +12,34 @@ def tiny_profile(placement="one-gpu", **host):
     host_costs = {"item_ms": 0.1, "copy_token_ms": 0.2, "event_sync_ms": 0.05, "round_bookkeeping_ms": 0.0}
     host_costs.update(host)
     return {
-        "schema": "specloop.profile/1", "created": "test", "env": {},
-        "setup": {"target": {"name": "t", "weights": "synthetic"}, "draft": {"name": "d", "weights": "synthetic"},
-                  "placement": placement, "prompt_lengths": [8], "default_regime": "eager"},
+        "schema": "specloop.profile/1",
+        "created": "test",
+        "env": {},
+        "setup": {
+            "target": {"name": "t", "weights": "synthetic"},
+            "draft": {"name": "d", "weights": "synthetic"},
+            "placement": placement,
+            "prompt_lengths": [8],
+            "default_regime": "eager",
+        },
         "flashhead": {"clusters": 64, "cluster_size": 16, "default_probes": 4},
-        "regimes": {"eager": {
-            "target": {"forward_ms": {"points": [dict(timing(10.0 + n), n_tokens=n, context=8) for n in (1, 2, 3)]},
-                       "prefill_ms": timing(50.0)},
-            "draft": {"body_ms": timing(2.0), "head_dense_ms": timing(1.0),
-                      "head_flashhead_ms": {"points": [dict(timing(0.25 + p / 100), probes=p) for p in (1, 4, 64)]},
-                      "append_ms": timing(2.0), "prefill_ms": timing(5.0), "kv_crop_ms": timing(0.0)},
-            "host": {k: timing(v) for k, v in host_costs.items()},
-        }},
+        "regimes": {
+            "eager": {
+                "target": {
+                    "forward_ms": {"points": [dict(timing(10.0 + n), n_tokens=n, context=8) for n in (1, 2, 3)]},
+                    "prefill_ms": timing(50.0),
+                },
+                "draft": {
+                    "body_ms": timing(2.0),
+                    "head_dense_ms": timing(1.0),
+                    "head_flashhead_ms": {"points": [dict(timing(0.25 + p / 100), probes=p) for p in (1, 4, 64)]},
+                    "append_ms": timing(2.0),
+                    "prefill_ms": timing(5.0),
+                    "kv_crop_ms": timing(0.0),
+                },
+                "host": {k: timing(v) for k, v in host_costs.items()},
+            }
+        },
         "notes": ["test profile"],
     }
 
@@ -32,10 +49,23 @@ def trace_lines(accepted, K=2, decode=None, lookahead=None, prompt_id="p0", prom
     remaining = decode if decode is not None else sum(a + 1 for a in accepted)
     for i, a in enumerate(accepted):
         emitted = min(a + 1, remaining)
-        lines.append({"schema": "specloop.trace/1", "prompt_id": prompt_id, "round": i, "schedule": "ordinary",
-                      "head": "dense", "probes": None, "K": K, "proposed": K, "accepted": a, "emitted": emitted,
-                      "verify_skipped": a == 0, "context": context,
-                      "lookahead_used": None if lookahead is None else lookahead[i]})
+        lines.append(
+            {
+                "schema": "specloop.trace/1",
+                "prompt_id": prompt_id,
+                "round": i,
+                "schedule": "ordinary",
+                "head": "dense",
+                "probes": None,
+                "K": K,
+                "proposed": K,
+                "accepted": a,
+                "emitted": emitted,
+                "verify_skipped": a == 0,
+                "context": context,
+                "lookahead_used": None if lookahead is None else lookahead[i],
+            }
+        )
         remaining -= emitted
         context += a + 1
     return lines

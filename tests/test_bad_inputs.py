@@ -147,7 +147,11 @@ CASES = [
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--reps 0"], "--reps must be at least 1"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),
     ("validate", [*VALIDATE], "give a cost profile"),
-    ("validate", [*VALIDATE, "--profile", "{good_profile.json}", "--placement", "cpu"], "measured on placement one-gpu"),
+    (
+        "validate",
+        [*VALIDATE, "--profile", "{good_profile.json}", "--placement", "cpu"],
+        "measured on placement one-gpu",
+    ),
     ("validate", [*VALIDATE, "--profile", "{binary.json}"], "is not UTF-8 text"),
     ("validate", [*VALIDATE, "--measure", "--out", "{report}"], "already holds a report"),
     ("validate", [*VALIDATE, "--measure", "--out", "{a_file}"], "exists and is not a folder"),

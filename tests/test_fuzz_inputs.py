@@ -19,9 +19,15 @@ from tests.sim_fixtures import tiny_profile, trace_lines
 EXAMPLES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # Values a mutation may put anywhere in a JSON document.
-ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
-                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
-                       st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 def _paths(node, prefix=()):
@@ -94,11 +100,48 @@ def test_arbitrary_bytes_as_a_profile_or_trace_are_refused_in_one_line(tmp_path_
         assert _one_line(caught.value)
 
 
-OPTIONS = ["--K", "--probes", "--prompts", "--max-new-tokens", "--prompt-len", "--seed", "--schedule", "--head",
-           "--placement", "--graphs", "--acceptance", "--what-if", "--sweep", "--profile"]
-TOKENS = st.one_of(st.sampled_from(["0", "1", "-1", "6", "1e9", "99999999", "nan", "", "all", "dense", "K=2,3",
-                                    "probes=2", "x=1", "draft.body_ms*=2", "0.5", "1.5", "a,b", "study", "on"]),
-                   st.text(alphabet=string.ascii_letters + string.digits + "=*.,+-", max_size=6))
+OPTIONS = [
+    "--K",
+    "--probes",
+    "--prompts",
+    "--max-new-tokens",
+    "--prompt-len",
+    "--seed",
+    "--schedule",
+    "--head",
+    "--placement",
+    "--graphs",
+    "--acceptance",
+    "--what-if",
+    "--sweep",
+    "--profile",
+]
+TOKENS = st.one_of(
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "-1",
+            "6",
+            "1e9",
+            "99999999",
+            "nan",
+            "",
+            "all",
+            "dense",
+            "K=2,3",
+            "probes=2",
+            "x=1",
+            "draft.body_ms*=2",
+            "0.5",
+            "1.5",
+            "a,b",
+            "study",
+            "on",
+        ]
+    ),
+    st.text(alphabet=string.ascii_letters + string.digits + "=*.,+-", max_size=6),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -118,8 +161,19 @@ def test_mutated_argument_lists_run_or_refuse_in_one_line(tmp_path_factory, caps
 def _summary():
     from model.trace import Generation, Round, summarize
 
-    config = {"target": "t", "draft": "d", "weights": "synthetic", "head": "dense", "probes": None,
-              "schedule": "deferred", "K": 2, "placement": "cpu", "graphs": False, "max_new_tokens": 4, "prompts": ["1"]}
+    config = {
+        "target": "t",
+        "draft": "d",
+        "weights": "synthetic",
+        "head": "dense",
+        "probes": None,
+        "schedule": "deferred",
+        "K": 2,
+        "placement": "cpu",
+        "graphs": False,
+        "max_new_tokens": 4,
+        "prompts": ["1"],
+    }
     generation = Generation([1, 2, 3, 4], [Round(2, 2, 3, False, 9)], 5.0, 7.0, 1, 0)
     return summarize(config, [("1", generation)])
 

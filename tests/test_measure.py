@@ -1,4 +1,5 @@
 """The whole measure path on CPU with tiny models: contract, sane costs, bad input."""
+
 import json
 import math
 
@@ -7,9 +8,30 @@ import pytest
 from measure.__main__ import main
 from sim.profile import Profile
 
-TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--contexts", "16,48",
-        "--prompt-lengths", "8,24", "--K-max", "3", "--reps", "3", "--warmup", "1", "--prompts", "per-category:1",
-        "--agreement-max-len", "24", "--probes", "1,2,8,32"]
+TINY = [
+    "--target",
+    "tiny-qwen3",
+    "--draft",
+    "tiny-qwen3-draft",
+    "--placement",
+    "cpu",
+    "--contexts",
+    "16,48",
+    "--prompt-lengths",
+    "8,24",
+    "--K-max",
+    "3",
+    "--reps",
+    "3",
+    "--warmup",
+    "1",
+    "--prompts",
+    "per-category:1",
+    "--agreement-max-len",
+    "24",
+    "--probes",
+    "1,2,8,32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +83,21 @@ def test_summary_beside_the_profile(measured):
 
 def test_sim_runs_on_the_measured_profile(measured, capsys):
     from sim.__main__ import main as sim_main
+
     assert sim_main(["--profile", str(measured), "--acceptance", "0.5", "--no-ceiling", "--what-if", "probes=2"]) == 0
     assert "tiny-qwen3 (synthetic)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--K-max", "0"], "--K-max must be at least 1"),
-    (["--probes", "1,999"], "exceed the 32 clusters"),
-    (["--placement", "two-gpu"], "no GPU"),
-    (["--target", "no-such-model"], "not found"),
-    (["--graphs", "on"], "needs a GPU"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--K-max", "0"], "--K-max must be at least 1"),
+        (["--probes", "1,999"], "exceed the 32 clusters"),
+        (["--placement", "two-gpu"], "no GPU"),
+        (["--target", "no-such-model"], "not found"),
+        (["--graphs", "on"], "needs a GPU"),
+    ],
+)
 def test_bad_input_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
     out = tmp_path / "p.json"
     assert main(TINY + extra + ["--out", str(out)]) == 2

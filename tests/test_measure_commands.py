@@ -43,8 +43,12 @@ def test_help_says_what_it_measures(module, command, words, capsys):
 @pytest.mark.parametrize("module, command, words", COMMANDS, ids=IDS)
 def test_without_a_gpu_the_command_refuses_in_one_line(module, command, words, tmp_path):
     out = tmp_path / "results" / "bench.json"
-    process = subprocess.run([sys.executable, "-m", module.__name__, "--out", str(out), "--reps", "2"],
-                             capture_output=True, text=True, timeout=120)
+    process = subprocess.run(
+        [sys.executable, "-m", module.__name__, "--out", str(out), "--reps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert process.returncode == 2
     assert process.stderr.splitlines() == [f"error: {command} needs a CUDA GPU (found none)"]
     assert process.stdout == ""
@@ -64,7 +68,8 @@ def test_an_existing_folder_as_out_is_refused(module, command, words, tmp_path, 
 def test_bad_options_are_one_line_and_exit_2(module, command, words, tmp_path, capsys):
     assert module.main(["--out", str(tmp_path / "bench.json"), "--reps", "0"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"error: argument --reps: must be at least 1, got 0 (see {command} --help)"]
+        f"error: argument --reps: must be at least 1, got 0 (see {command} --help)"
+    ]
     assert module.main(["--reps", "3"]) == 2  # --out is required
     assert "--out" in capsys.readouterr().err
 
@@ -102,21 +107,43 @@ def test_floor_is_bytes_over_the_copy_rate():
 
 
 def test_environment_header_labels_the_weights_synthetic():
-    environment = {"gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "bandwidth_gbs": 4246.2,
-                   "weights": "synthetic", "weights_detail": "seeded random values, real shapes"}
+    environment = {
+        "gpu": "NVIDIA H200",
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "bandwidth_gbs": 4246.2,
+        "weights": "synthetic",
+        "weights_detail": "seeded random values, real shapes",
+    }
     header = environment_header("python -m measure.speed", environment)
-    assert header == ("python -m measure.speed on NVIDIA H200 (torch 2.11.0, triton 3.6.0), copy rate 4246 GB/s; "
-                      "weights: SYNTHETIC (seeded random values, real shapes)")
+    assert header == (
+        "python -m measure.speed on NVIDIA H200 (torch 2.11.0, triton 3.6.0), copy rate 4246 GB/s; "
+        "weights: SYNTHETIC (seeded random values, real shapes)"
+    )
 
 
 def test_speed_row_line_shows_the_timing_and_its_ratio_to_the_floor():
-    row = {"op": "draft body step", "kernels": "fused", "graphs": True, "floor_ms": 0.2, "median_ms": 1.2,
-           "p10_ms": 1.1, "p90_ms": 1.3}
+    row = {
+        "op": "draft body step",
+        "kernels": "fused",
+        "graphs": True,
+        "floor_ms": 0.2,
+        "median_ms": 1.2,
+        "p10_ms": 1.1,
+        "p90_ms": 1.3,
+    }
     line = speed.format_row(row)
     assert line.startswith("draft body step ")
     assert "graphs=on " in line and "   1.200 ms [1.100, 1.300]" in line and line.endswith("floor 0.200 (6.00x)")
-    hugging_face = {"op": "HF eager qwen3-32b n=1", "kernels": "transformers", "graphs": False, "floor_ms": None,
-                    "median_ms": 60.5, "p10_ms": 60.0, "p90_ms": 61.0}
+    hugging_face = {
+        "op": "HF eager qwen3-32b n=1",
+        "kernels": "transformers",
+        "graphs": False,
+        "floor_ms": None,
+        "median_ms": 60.5,
+        "p10_ms": 60.0,
+        "p90_ms": 61.0,
+    }
     line = speed.format_row(hugging_face)
     assert "graphs=off" in line and "floor" not in line and line.rstrip().endswith("[60.000, 61.000]")
     assert "graphs=in graph" in speed.format_row({**row, "graphs": "in graph"})
@@ -129,8 +156,13 @@ def test_speed_compares_the_dense_head_with_flashhead_at_c_over_16_and_2():
     clustering = build_clustering(weight, seed=0)  # 64 clusters of 16
     assert speed.compared_probes(clustering) == (4, 2)
     heads = speed.compared_heads(weight, clustering)
-    assert list(heads) == ["dense", "flashhead p=4 triton", "flashhead p=4 torch", "flashhead p=2 triton",
-                           "flashhead p=2 torch"]
+    assert list(heads) == [
+        "dense",
+        "flashhead p=4 triton",
+        "flashhead p=4 torch",
+        "flashhead p=2 triton",
+        "flashhead p=2 torch",
+    ]
     assert [getattr(head, "probes", None) for head in heads.values()] == [None, 4, 4, 2, 2]
     assert heads["dense"].bytes_per_call() > heads["flashhead p=4 torch"].bytes_per_call()
 
@@ -161,15 +193,20 @@ def test_head_speed_keeps_the_fastest_shape_and_compares_with_dense():
     rows = [{"launch": json.dumps({"BLOCK_D": 256}), "median_ms": 0.01}, {"launch": "{}", "median_ms": 0.02}]
     assert head_speed.best_shape(rows, {"BLOCK_D": 128}) == {"BLOCK_D": 256}
     assert head_speed.best_shape([], {"BLOCK_D": 128}) == {"BLOCK_D": 128}  # every shape failed: keep the current
-    head_rows = [{"head": "dense", "in_graph": {"median_ms": 0.09}},
-                 {"head": "flashhead p=593 triton", "in_graph": {"median_ms": 0.03}}]
+    head_rows = [
+        {"head": "dense", "in_graph": {"median_ms": 0.09}},
+        {"head": "flashhead p=593 triton", "in_graph": {"median_ms": 0.03}},
+    ]
     assert head_speed.dense_over_each(head_rows) == pytest.approx({"dense": 1.0, "flashhead p=593 triton": 3.0})
 
 
 def test_awq_sweep_bytes_and_split_choices():
     groups = 5120 // 128
-    assert awq_sweep.gemm_bytes(5120, 10240) == (5120 * 10240 // 2 + groups * 10240 * 2 + groups * 10240 // 2
-                                                 + 8 * (5120 + 10240) * 2) == 27_484_160
+    assert (
+        awq_sweep.gemm_bytes(5120, 10240)
+        == (5120 * 10240 // 2 + groups * 10240 * 2 + groups * 10240 // 2 + 8 * (5120 + 10240) * 2)
+        == 27_484_160
+    )
     assert awq_sweep.split_choices(5120, 10240, 128) == [1, 2, 4, 8]  # 40 steps: 16 does not divide them
     assert awq_sweep.split_choices(8192, 5120, 128) == [2, 4, 8, 16]  # 40 column blocks: 1 split is too few programs
     assert awq_sweep.split_choices(25600, 5120, 64) == [1, 2, 4, 8]
@@ -177,18 +214,33 @@ def test_awq_sweep_bytes_and_split_choices():
 
 def test_awq_sweep_step_estimate_and_best():
     shapes = {
-        "qkv": {"floor_ms": 0.005, "int4pack_ms": 0.05, "default": {"ms": 0.02},
-                "best": {"ms": 0.01, "max_rel_err": 1e-3, "config": {"block_n": 128, "splits": 4}}},
-        "down": {"floor_ms": 0.015, "int4pack_ms": 0.15, "default": {"ms": 0.03},
-                 "best": {"ms": 0.03, "max_rel_err": 2e-3, "config": {"block_n": 64, "splits": 8}}},
+        "qkv": {
+            "floor_ms": 0.005,
+            "int4pack_ms": 0.05,
+            "default": {"ms": 0.02},
+            "best": {"ms": 0.01, "max_rel_err": 1e-3, "config": {"block_n": 128, "splits": 4}},
+        },
+        "down": {
+            "floor_ms": 0.015,
+            "int4pack_ms": 0.15,
+            "default": {"ms": 0.03},
+            "best": {"ms": 0.03, "max_rel_err": 2e-3, "config": {"block_n": 64, "splits": 8}},
+        },
     }
     estimate = awq_sweep.step_estimate(shapes)
     assert estimate == pytest.approx({"floor_ms": 1.28, "int4pack_ms": 12.8, "default_ms": 3.2, "best_ms": 2.56})
-    assert awq_sweep.format_estimate(estimate) == ("step estimate, 64 layers x 4 GEMMs: floor_ms 1.280, "
-                                                   "int4pack_ms 12.800 (10.00x floor), default_ms 3.200 (2.50x floor), "
-                                                   "best_ms 2.560 (2.00x floor)")
-    assert awq_sweep.best_per_shape(shapes)["qkv"] == {"ms": 0.01, "x_floor": 2.0, "int4pack_ms": 0.05,
-                                                       "max_rel_err": 1e-3, "config": {"block_n": 128, "splits": 4}}
+    assert awq_sweep.format_estimate(estimate) == (
+        "step estimate, 64 layers x 4 GEMMs: floor_ms 1.280, "
+        "int4pack_ms 12.800 (10.00x floor), default_ms 3.200 (2.50x floor), "
+        "best_ms 2.560 (2.00x floor)"
+    )
+    assert awq_sweep.best_per_shape(shapes)["qkv"] == {
+        "ms": 0.01,
+        "x_floor": 2.0,
+        "int4pack_ms": 0.05,
+        "max_rel_err": 1e-3,
+        "config": {"block_n": 128, "splits": 4},
+    }
     del shapes["down"]["best"]  # a shape whose every configuration failed or ran out of time
     assert awq_sweep.step_estimate(shapes)["best_ms"] is None
     assert "best_ms" not in awq_sweep.format_estimate(awq_sweep.step_estimate(shapes))

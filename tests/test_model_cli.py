@@ -8,14 +8,12 @@ import sys
 import pytest
 import torch
 
-from model.__main__ import main
 from contracts.trace import read_summary, read_trace
-from model.transformer import Transformer
+from model.__main__ import main
 from model.config import ModelConfig
+from model.transformer import Transformer
 
 FAST = ["--placement", "cpu", "--prompts", "first:2", "--max-new-tokens", "12", "--K", "3", "--warmup", "0"]
-
-
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +22,18 @@ def checkpoint(tmp_path_factory):
     from safetensors.torch import save_file
 
     folder = tmp_path_factory.mktemp("ckpt")
-    hf = {"model_type": "qwen3", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
-          "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-          "rope_theta": 1e6, "tie_word_embeddings": True}
+    hf = {
+        "model_type": "qwen3",
+        "vocab_size": 300,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "rope_theta": 1e6,
+        "tie_word_embeddings": True,
+    }
     model = Transformer(ModelConfig.from_hf(hf))
     save_file({f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(hf))
@@ -78,8 +85,12 @@ def test_checkpoint_mismatches_are_usage_errors(tmp_path, capsys, checkpoint):
 
 
 def test_real_entry_point_reports_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "model", "--K", "0", "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "model", "--K", "0", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=str(__import__("pathlib").Path(__file__).parents[1]),
+    )
     assert proc.returncode == 2 and proc.stderr == "error: --K must be >= 1 (draft tokens per round), got 0\n"
     assert not (tmp_path / "o").exists()
 
@@ -87,9 +98,27 @@ def test_real_entry_point_reports_one_line(tmp_path):
 def test_help_explains_every_option(capsys):
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
-    for option in ("--target", "--draft", "--head", "--probes", "--clustering", "--schedule", "--K",
-                   "--max-new-tokens", "--prompts", "--placement", "--graphs", "--acceptance", "--seed",
-                   "--out", "--check-exact", "--stop-at-eos", "--warmup", "--phases", "--dtype"):
+    for option in (
+        "--target",
+        "--draft",
+        "--head",
+        "--probes",
+        "--clustering",
+        "--schedule",
+        "--K",
+        "--max-new-tokens",
+        "--prompts",
+        "--placement",
+        "--graphs",
+        "--acceptance",
+        "--seed",
+        "--out",
+        "--check-exact",
+        "--stop-at-eos",
+        "--warmup",
+        "--phases",
+        "--dtype",
+    ):
         assert option in text
 
 
@@ -121,8 +150,17 @@ def test_smoke_run_writes_contract_files_the_simulator_replays(tmp_path, capsys)
         by_prompt, meta = rounds_by_prompt(out / f"{schedule}.trace.jsonl")
         source = TraceReplay(by_prompt, meta["head"], None)
         sim = simulate(costs, Config(schedule, "dense", 3, 1, "cpu"), source, source.generations, ceiling=False)
-        keys = ("prompt_id", "round", "K", "proposed", "accepted", "emitted", "verify_skipped", "context",
-                "lookahead_used")
+        keys = (
+            "prompt_id",
+            "round",
+            "K",
+            "proposed",
+            "accepted",
+            "emitted",
+            "verify_skipped",
+            "context",
+            "lookahead_used",
+        )
         assert [{k: r[k] for k in keys} for r in sim["rounds_detail"]] == [{k: x[k] for k in keys} for x in lines]
         assert (sim["verify_calls"], sim["append_calls"]) == (summary["verify_calls"], summary["append_calls"])
 
@@ -131,12 +169,26 @@ def test_flashhead_run_into_an_existing_folder(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    args = FAST + ["--head", "flashhead", "--probes", "4", "--schedule", "deferred,ordinary", "--check-exact",
-                   "--out", str(out)]
+    args = FAST + [
+        "--head",
+        "flashhead",
+        "--probes",
+        "4",
+        "--schedule",
+        "deferred,ordinary",
+        "--check-exact",
+        "--out",
+        str(out),
+    ]
     rc, stdout, _ = _run(args, capsys)
     assert rc == 0 and "flashhead p=4" in stdout
-    assert sorted(p.name for p in out.iterdir()) == ["deferred.summary.json", "deferred.trace.jsonl", "keep.txt",
-                                                    "ordinary.summary.json", "ordinary.trace.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "deferred.summary.json",
+        "deferred.trace.jsonl",
+        "keep.txt",
+        "ordinary.summary.json",
+        "ordinary.trace.jsonl",
+    ]
     assert read_summary(out / "deferred.summary.json")["config"]["probes"] == 4
     assert {line["probes"] for line in read_trace(out / "ordinary.trace.jsonl")} == {4}
     assert [p.name for p in tmp_path.iterdir()] == ["run"]

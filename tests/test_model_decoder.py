@@ -4,22 +4,20 @@ of docs/contracts.md, for the real tiny draft and for acceptance-controlled prop
 import pytest
 import torch
 
+from contracts import UsageError
+from contracts.trace import check_summary, check_trace_line
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
-from model.pair import resolve_placement
-from contracts import UsageError
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
-from contracts.trace import check_summary, check_trace_line
+from model.pair import resolve_placement
 from model.trace import summarize, trace_lines
 
 SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 PROMPTS = {"one": [7], "short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
 MAX_NEW = 16
 ROOM = 96
-
-
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +159,16 @@ def test_stop_at_eos_cuts_after_the_first_eos(models, references):
     target, draft = models
     for spec in ("a=0.5", "a=1"):
         control = AcceptanceControl(spec, 512, ROOM, torch.device("cpu"))
-        dec = Decoder(target, draft, DenseHead(draft.head_weight), K=3, graphs=False, control=control,
-                      eos_id=ref[eos_at], stop_at_eos=True)
+        dec = Decoder(
+            target,
+            draft,
+            DenseHead(draft.head_weight),
+            K=3,
+            graphs=False,
+            control=control,
+            eos_id=ref[eos_at],
+            stop_at_eos=True,
+        )
         for schedule in ("baseline",) + SPECULATIVE:
             g = _generate(dec, control, references, "longer", schedule)
             assert g.tokens == ref[: eos_at + 1], schedule
@@ -183,9 +189,19 @@ def test_phase_times_are_recorded_per_round(models, references):
 def test_summary_metrics(models, references):
     dec, control = _controlled(models, references, "a=0.5", 3)
     runs = [(name, _generate(dec, control, references, name, "deferred")) for name in ("short", "longer")]
-    config = {"target": "t", "draft": "d", "weights": "synthetic", "head": "dense", "probes": None,
-              "schedule": "deferred", "K": 3, "placement": "cpu", "graphs": False, "max_new_tokens": MAX_NEW,
-              "prompts": ["short", "longer"]}
+    config = {
+        "target": "t",
+        "draft": "d",
+        "weights": "synthetic",
+        "head": "dense",
+        "probes": None,
+        "schedule": "deferred",
+        "K": 3,
+        "placement": "cpu",
+        "graphs": False,
+        "max_new_tokens": MAX_NEW,
+        "prompts": ["short", "longer"],
+    }
     s = summarize(config, runs)
     check_summary(s)
     rounds = [r for _, g in runs for r in g.rounds]
@@ -229,8 +245,21 @@ def test_host_gaps_after_reads_are_recorded(models):
     line = trace_lines(g, prompt_id="p", schedule="deferred", head="dense", K=3)[0]
     check_trace_line(line)
     assert line["host_gaps"] == 1 and line["host_gap_ms"] > 0
-    summary = summarize({"target": "t", "draft": "d", "weights": "synthetic", "head": "dense", "probes": None,
-                         "schedule": "deferred", "K": 3, "placement": "cpu", "graphs": False, "max_new_tokens": MAX_NEW,
-                         "prompts": ["p"]}, [("p", g)])
+    summary = summarize(
+        {
+            "target": "t",
+            "draft": "d",
+            "weights": "synthetic",
+            "head": "dense",
+            "probes": None,
+            "schedule": "deferred",
+            "K": 3,
+            "placement": "cpu",
+            "graphs": False,
+            "max_new_tokens": MAX_NEW,
+            "prompts": ["p"],
+        },
+        [("p", g)],
+    )
     check_summary(summary)
     assert summary["host_gaps"] == len(g.rounds)

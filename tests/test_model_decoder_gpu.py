@@ -9,10 +9,10 @@ import torch
 from model import schedules
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
-from model.pair import resolve_placement
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
+from model.pair import resolve_placement
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 

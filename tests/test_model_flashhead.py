@@ -5,13 +5,15 @@ import json
 import pytest
 import torch
 
-from model import flashhead_triton
 from contracts import UsageError
+from model import flashhead_triton
 from model.flashhead import Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead, flashhead_agreement
 
-needs_gpu = pytest.mark.skipif(not (flashhead_triton.AVAILABLE and torch.cuda.is_available()),
-                               reason="needs CUDA and triton (the lead runs it on the GPU machine)")
+needs_gpu = pytest.mark.skipif(
+    not (flashhead_triton.AVAILABLE and torch.cuda.is_available()),
+    reason="needs CUDA and triton (the lead runs it on the GPU machine)",
+)
 
 
 def _gen(seed):
@@ -197,15 +199,19 @@ def test_save_then_load_round_trip(tmp_path, head_and_clustering):
 
 def _write_asset(folder, centroids, assignments):
     from safetensors.torch import save_file
+
     (folder / "flash_head_assets").mkdir()
-    save_file({"centroids": centroids, "cluster_assignments": assignments},
-              str(folder / "flash_head_assets" / "clustering_cache.safetensors"))
+    save_file(
+        {"centroids": centroids, "cluster_assignments": assignments},
+        str(folder / "flash_head_assets" / "clustering_cache.safetensors"),
+    )
 
 
 def test_load_accepts_leading_singleton_dims_and_creates_no_config(tmp_path, head_and_clustering):
     w, cl = head_and_clustering
-    _write_asset(tmp_path, cl.centroids.T.reshape(1, 1, 32, cl.clusters).to(torch.bfloat16).contiguous(),
-                 cl.assignments.int())
+    _write_asset(
+        tmp_path, cl.centroids.T.reshape(1, 1, 32, cl.clusters).to(torch.bfloat16).contiguous(), cl.assignments.int()
+    )
     loaded = load_assets(tmp_path)
     assert loaded.centroids.shape == (cl.clusters, 32) and loaded.centroids.dtype == torch.float32
     assert torch.equal(loaded.members, cl.members)
@@ -248,8 +254,10 @@ def test_triton_stage2_matches_reference(dtype):
     w = torch.randint(0, 2, (vocab, d), device="cuda", generator=g).to(dtype)
     h = torch.randint(0, 2, (n, d), device="cuda", generator=g).to(dtype)
     for a in (None, always):
-        assert torch.equal(flashhead_triton.stage2_argmax(h, ids, members, w, a),
-                           flashhead_triton.stage2_reference(h, ids, members, w, a))
+        assert torch.equal(
+            flashhead_triton.stage2_argmax(h, ids, members, w, a),
+            flashhead_triton.stage2_reference(h, ids, members, w, a),
+        )
     w[8000] = h[0] * 2
     assert flashhead_triton.stage2_argmax(h, ids, members, w, always)[0] == 8000
     # Random values: summation order differs from cuBLAS, so a mismatch is allowed only at a near-tie.
@@ -257,7 +265,10 @@ def test_triton_stage2_matches_reference(dtype):
     h = torch.randn(n, d, device="cuda", generator=g).to(dtype)
     ref = flashhead_triton.stage2_reference(h, ids, members, w, always)
     got = flashhead_triton.stage2_argmax(h, ids, members, w, always)
-    exact = lambda t: (w[t].double() * h.double()).sum(-1)
+
+    def exact(tokens):
+        return (w[tokens].double() * h.double()).sum(-1)
+
     assert torch.allclose(exact(got), exact(ref), rtol=1e-2 if dtype != torch.float32 else 1e-5)
     assert (got == ref).float().mean() >= 0.99
 

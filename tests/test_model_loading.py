@@ -7,44 +7,101 @@ import pytest
 import torch
 from torch import nn
 
+from contracts import UsageError
 from model.awq import AWQLinear
 from model.config import FULL, SLIDING, ModelConfig
-from contracts import UsageError
 from model.loading import load_model, parse_dtype
 from model.presets import PRESETS
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, check_compatible, load_tokenizer
 
 QWEN3_32B_CONFIG = {  # Qwen/Qwen3-32B config.json
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-    "hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 25600,
-    "max_position_embeddings": 40960, "max_window_layers": 64, "model_type": "qwen3",
-    "num_attention_heads": 64, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
-    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 5120,
+    "initializer_range": 0.02,
+    "intermediate_size": 25600,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 64,
+    "model_type": "qwen3",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 64,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
 QWEN3_32B_AWQ_CONFIG = {  # Qwen/Qwen3-32B-AWQ config.json
-    **QWEN3_32B_CONFIG, "torch_dtype": "float16",
-    "quantization_config": {"bits": 4, "group_size": 128, "modules_to_not_convert": None,
-                            "quant_method": "awq", "version": "gemm", "zero_point": True},
+    **QWEN3_32B_CONFIG,
+    "torch_dtype": "float16",
+    "quantization_config": {
+        "bits": 4,
+        "group_size": 128,
+        "modules_to_not_convert": None,
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+    },
 }
 QWEN3_SMALL_CONFIGS = {  # Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B differ from 32B in these fields
-    "qwen3-0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "max_window_layers": 28, "tie_word_embeddings": True},
-    "qwen3-1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "max_window_layers": 28, "tie_word_embeddings": True},
+    "qwen3-0.6b": {
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "max_window_layers": 28,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "max_window_layers": 28,
+        "tie_word_embeddings": True,
+    },
 }
 GEMMA3_270M_CONFIG = {  # google/gemma-3-270m config.json (pre-transformers-5 format)
-    "_sliding_window_pattern": 6, "architectures": ["Gemma3ForCausalLM"], "attention_bias": False,
-    "attention_dropout": 0.0, "attn_logit_softcapping": None, "bos_token_id": 2, "eos_token_id": 1,
-    "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
-    "hidden_size": 640, "initializer_range": 0.02, "intermediate_size": 2048,
+    "_sliding_window_pattern": 6,
+    "architectures": ["Gemma3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": None,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "final_logit_softcapping": None,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 640,
+    "initializer_range": 0.02,
+    "intermediate_size": 2048,
     "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3,
-    "max_position_embeddings": 32768, "model_type": "gemma3_text", "num_attention_heads": 4,
-    "num_hidden_layers": 18, "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
-    "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0, "rope_scaling": None, "rope_theta": 1000000.0,
-    "sliding_window": 512, "torch_dtype": "bfloat16", "use_bidirectional_attention": False,
-    "use_cache": True, "vocab_size": 262144,
+    "max_position_embeddings": 32768,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 18,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": 512,
+    "torch_dtype": "bfloat16",
+    "use_bidirectional_attention": False,
+    "use_cache": True,
+    "vocab_size": 262144,
 }
 
 
@@ -73,13 +130,16 @@ def test_transformers5_config_format_reads_the_same():
     assert ModelConfig.from_hf(saved) == PRESETS["gemma3-270m"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model_type": "llama"}, "model_type"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE"),
-    ({"attention_bias": True}, "attention_bias"),
-    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "gptq"),
-    ({"quantization_config": {"quant_method": "awq", "bits": 4, "version": "gemv", "group_size": 128}}, "GEMM"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model_type": "llama"}, "model_type"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "gptq"),
+        ({"quantization_config": {"quant_method": "awq", "bits": 4, "version": "gemv", "group_size": 128}}, "GEMM"),
+    ],
+)
 def test_unsupported_configs_are_usage_errors(change, message):
     with pytest.raises(UsageError, match=message):
         ModelConfig.from_hf({**QWEN3_32B_CONFIG, **change})
@@ -100,9 +160,16 @@ def test_synthetic_presets_are_seeded_and_labeled():
     first = load_model("tiny-qwen3", seed=3, max_seq_len=16)
     again = load_model("tiny-qwen3", seed=3, max_seq_len=16)
     other = load_model("tiny-qwen3", seed=4, max_seq_len=16)
-    assert first.info == {"name": "tiny-qwen3", "arch": "qwen3", "weights": "synthetic", "dtype": "float32",
-                          "quantization": None, "kernel": "dense", "kernels": "torch",
-                          "tokenizer": "synthetic-bytes-512"}
+    assert first.info == {
+        "name": "tiny-qwen3",
+        "arch": "qwen3",
+        "weights": "synthetic",
+        "dtype": "float32",
+        "quantization": None,
+        "kernel": "dense",
+        "kernels": "torch",
+        "tokenizer": "synthetic-bytes-512",
+    }
     tokens = torch.tensor([first.tokenizer.encode("abc")])
     logits = [loaded.model(tokens, torch.arange(3)) for loaded in (first, again, other)]
     assert torch.isfinite(logits[0]).all()
@@ -117,13 +184,16 @@ def test_every_tiny_preset_runs(name):
     assert hidden.dtype == torch.bfloat16 and torch.isfinite(hidden).all()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"spec": "qwen3-7b"}, "checkpoint not found.*presets: qwen3-32b"),
-    ({"spec": "/no/such/folder"}, "checkpoint not found"),
-    ({"spec": "tiny-qwen3", "dtype": "int3"}, "unsupported dtype .* float32, bfloat16, float16"),
-    ({"spec": "tiny-qwen3", "device": "tpu"}, "device"),
-    ({"spec": "tiny-qwen3", "device": f"cuda:{torch.cuda.device_count()}"}, "not available"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"spec": "qwen3-7b"}, "checkpoint not found.*presets: qwen3-32b"),
+        ({"spec": "/no/such/folder"}, "checkpoint not found"),
+        ({"spec": "tiny-qwen3", "dtype": "int3"}, "unsupported dtype .* float32, bfloat16, float16"),
+        ({"spec": "tiny-qwen3", "device": "tpu"}, "device"),
+        ({"spec": "tiny-qwen3", "device": f"cuda:{torch.cuda.device_count()}"}, "not available"),
+    ],
+)
 def test_bad_input_is_a_usage_error(kwargs, message):
     with pytest.raises(UsageError, match=message):
         load_model(**kwargs)
@@ -144,8 +214,14 @@ def test_dtype_defaults_follow_the_device():
 def _tiny_hf_qwen3(seed: int):
     transformers = pytest.importorskip("transformers")
     config = transformers.Qwen3Config(
-        vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
     )
     torch.manual_seed(seed)
@@ -176,8 +252,16 @@ def _write_awq_checkpoint(hf_model, folder, group_size: int) -> None:
             with torch.no_grad():
                 param.copy_(param.half().float())
     save_file(tensors, str(folder / "model.safetensors"))
-    config = hf_model.config.to_dict() | {"torch_dtype": "float16", "quantization_config": {
-        "bits": 4, "group_size": group_size, "quant_method": "awq", "version": "gemm", "zero_point": True}}
+    config = hf_model.config.to_dict() | {
+        "torch_dtype": "float16",
+        "quantization_config": {
+            "bits": 4,
+            "group_size": group_size,
+            "quant_method": "awq",
+            "version": "gemm",
+            "zero_point": True,
+        },
+    }
     (folder / "config.json").write_text(json.dumps(config))
 
 

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from model.acceptance_control import AcceptanceControl, parse_spec
 from contracts import UsageError
-from model.prompts import DEFAULT_PATH, select_prompts
 from contracts.files import write_atomic
 from contracts.trace import check_summary, check_trace_line, read_trace, write_summary, write_trace
+from model.acceptance_control import AcceptanceControl, parse_spec
+from model.prompts import DEFAULT_PATH, select_prompts
 from model.trace import Generation, Round, summarize, trace_lines
 
 
@@ -34,13 +34,16 @@ def test_categories_and_ids_keep_file_order_without_repeats():
     assert {p.category for p in chosen} == {"writing", "math"} and len(chosen) == 20
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("poetry", "unknown prompt selection poetry; valid: first:N, per-category:N, categories writing"),
-    ("81,9999", "question ids 81..560"),
-    ("first:0", "expected a positive count"),
-    ("per-category:x", "expected a positive count"),
-    ("", "unknown prompt selection"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("poetry", "unknown prompt selection poetry; valid: first:N, per-category:N, categories writing"),
+        ("81,9999", "question ids 81..560"),
+        ("first:0", "expected a positive count"),
+        ("per-category:x", "expected a positive count"),
+        ("", "unknown prompt selection"),
+    ],
+)
 def test_unknown_selections_list_the_valid_ones(spec, message):
     with pytest.raises(UsageError, match=message):
         select_prompts(spec)
@@ -80,15 +83,27 @@ def test_control_proposes_the_reference_or_a_different_token():
 
 
 def _generation():
-    rounds = [Round(3, 3, 4, False, 11, True, None), Round(3, 0, 1, False, 15, False, None),
-              Round(3, 2, 2, False, 16, False, None)]
-    return Generation(tokens=list(range(8)), rounds=rounds, ttft_ms=5.0, decode_ms=70.0,
-                      verify_calls=3, append_calls=1)
+    rounds = [
+        Round(3, 3, 4, False, 11, True, None),
+        Round(3, 0, 1, False, 15, False, None),
+        Round(3, 2, 2, False, 16, False, None),
+    ]
+    return Generation(tokens=list(range(8)), rounds=rounds, ttft_ms=5.0, decode_ms=70.0, verify_calls=3, append_calls=1)
 
 
-CONFIG = {"target": "t", "draft": "d", "weights": "synthetic", "head": "dense", "probes": None,
-          "schedule": "pipelined-deferred", "K": 3, "placement": "cpu", "graphs": False, "max_new_tokens": 8,
-          "prompts": ["1", "2"]}
+CONFIG = {
+    "target": "t",
+    "draft": "d",
+    "weights": "synthetic",
+    "head": "dense",
+    "probes": None,
+    "schedule": "pipelined-deferred",
+    "K": 3,
+    "placement": "cpu",
+    "graphs": False,
+    "max_new_tokens": 8,
+    "prompts": ["1", "2"],
+}
 
 
 def test_summary_arithmetic():
@@ -97,8 +112,7 @@ def test_summary_arithmetic():
     assert s["decode_tokens"] == 14 and s["decode_ms"] == 140.0 and s["decode_tok_s"] == 100.0
     assert s["acceptance"] == 10 / 18 and s["mean_emitted"] == 14 / 6
     assert (s["verify_calls"], s["append_calls"], s["phases_ms"]) == (6, 2, None)
-    assert s["per_prompt"][1] == {"prompt_id": "2", "ttft_ms": 5.0, "decode_tokens": 7, "decode_ms": 70.0,
-                                  "rounds": 3}
+    assert s["per_prompt"][1] == {"prompt_id": "2", "ttft_ms": 5.0, "decode_tokens": 7, "decode_ms": 70.0, "rounds": 3}
 
 
 def test_trace_lines_follow_the_contract(tmp_path):
@@ -108,11 +122,16 @@ def test_trace_lines_follow_the_contract(tmp_path):
     assert lines[0]["probes"] == 4
     write_trace(tmp_path / "t.jsonl", lines)
     assert read_trace(tmp_path / "t.jsonl") == lines
-    for change, message in [({"schema": "specloop.trace/2"}, "unknown trace schema"),
-                            ({"emitted": 5}, "emitted must be in"), ({"accepted": 4}, "accepted <= proposed"),
-                            ({"verify_skipped": 0}, "verify_skipped"), ({"lookahead_used": "yes"}, "lookahead_used"),
-                            ({"phases_ms": {"verify": 1.0}}, "phases_ms must have"),
-                            ({"probes": 0}, "probes must be"), ({"probes": "4"}, "probes must be")]:
+    for change, message in [
+        ({"schema": "specloop.trace/2"}, "unknown trace schema"),
+        ({"emitted": 5}, "emitted must be in"),
+        ({"accepted": 4}, "accepted <= proposed"),
+        ({"verify_skipped": 0}, "verify_skipped"),
+        ({"lookahead_used": "yes"}, "lookahead_used"),
+        ({"phases_ms": {"verify": 1.0}}, "phases_ms must have"),
+        ({"probes": 0}, "probes must be"),
+        ({"probes": "4"}, "probes must be"),
+    ]:
         with pytest.raises(ValueError, match=message):
             check_trace_line({**lines[0], **change})
 

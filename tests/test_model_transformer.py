@@ -36,9 +36,16 @@ def _save(config, folder, seed: int, **save_kwargs):
 def qwen3_checkpoint(tmp_path_factory):
     """Untied Qwen3 with GQA, saved in 3+ shards with an index json."""
     config = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
-        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
     )
     folder = tmp_path_factory.mktemp("qwen3")
     return _save(config, folder, seed=1, max_shard_size="100KB"), folder
@@ -49,12 +56,21 @@ def gemma3_checkpoint(tmp_path_factory):
     """Tied Gemma3 with sliding-window layers (window 6) and a full layer, distinct RoPE bases and
     a query_pre_attn_scalar unlike head_dim."""
     config = transformers.Gemma3TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=6,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=6,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        query_pre_attn_scalar=24, max_position_embeddings=64,
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+        query_pre_attn_scalar=24,
+        max_position_embeddings=64,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
     )
     folder = tmp_path_factory.mktemp("gemma3")
     return _save(config, folder, seed=2), folder
@@ -84,7 +100,7 @@ def test_prefill_decode_and_verify_chunks_match_hugging_face(checkpoint, request
 
     _close(_step(model, tokens, 0, 10), want[:10])  # prefill, longer than Gemma's window
     for p in range(10, 14):  # one token at a time
-        _close(_step(model, tokens, p, p + 1), want[p:p + 1])
+        _close(_step(model, tokens, p, p + 1), want[p : p + 1])
     _close(_step(model, tokens, 14, 19), want[14:19])  # a verify-like chunk
     _close(_step(model, tokens, 19, 24), want[19:24])
 

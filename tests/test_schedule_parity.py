@@ -21,6 +21,7 @@ decoder's one decision "is this copy real" rather than wrapping the methods with
 their logging, so it checks the decoder's own copy events at the decoder's own call sites. On two
 GPUs, `test_on_two_gpus_the_decoders_copies_are_the_simulators` compares the unpatched log.
 """
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -89,8 +90,10 @@ def decoders(models):
             w = draft.head_weight
             draft_head = DenseHead(w) if head == "dense" else FlashHead(w, clustering, probes=PROBES)
             control = AcceptanceControl(SPEC, 512, ROOM, torch.device("cpu"))
-            built[head, K] = Decoder(target, draft, draft_head, K=K, graphs=False, control=control,
-                                     phases=False), control
+            built[head, K] = (
+                Decoder(target, draft, draft_head, K=K, graphs=False, control=control, phases=False),
+                control,
+            )
         return built[head, K]
 
     return get
@@ -127,8 +130,14 @@ def _record(dec, control, references, schedule, head, K) -> Recorded:
             patch.setattr(Decoder, "copies", property(lambda self: True))
             again, logged_with_copies = _logged(dec, ids, schedule)
         assert again.tokens == generation.tokens and again.rounds == generation.rounds
-        lines += trace_lines(generation, prompt_id=name, schedule=schedule, head=head,
-                             K=0 if schedule == "baseline" else K, probes=PROBES if head == "flashhead" else None)
+        lines += trace_lines(
+            generation,
+            prompt_id=name,
+            schedule=schedule,
+            head=head,
+            K=0 if schedule == "baseline" else K,
+            probes=PROBES if head == "flashhead" else None,
+        )
         events += logged
         with_copies += logged_with_copies
     for line in lines:
@@ -143,8 +152,15 @@ def _simulated(lines, schedule, head, K, placement) -> list[tuple]:
         by_prompt.setdefault(line["prompt_id"], []).append(line)
     source = TraceReplay(by_prompt, head, PROBES if head == "flashhead" else None)
     costs = Profile(tiny_profile(placement), "parity").costs["eager"]
-    result = simulate(costs, Config(schedule, head, K, PROBES, placement), source, source.generations,
-                      seed=0, ceiling=False, events=True)
+    result = simulate(
+        costs,
+        Config(schedule, head, K, PROBES, placement),
+        source,
+        source.generations,
+        seed=0,
+        ceiling=False,
+        events=True,
+    )
     fields = ("accepted", "emitted", "verify_skipped", "context", "lookahead_used")
     assert [[r[f] for f in fields] for r in result["rounds_detail"]] == [[x[f] for f in fields] for x in lines]
     return result["events"]
@@ -192,14 +208,16 @@ def test_the_comparison_can_fail(recorded):
     no_read.remove(("sync", "target", None))
     K = 3  # the look-ahead as two launches, each copied (the old simulator)
     whole = [("draft_step", "draft", 1)] * (K + 1) + [(COPY, "draft", K + 1)]
-    i = next(i for i in range(len(two_gpu)) if two_gpu[i:i + K + 2] == whole)
-    split = two_gpu[:i] + whole[:1] + [(COPY, "draft", 1)] + whole[1:K + 1] + [(COPY, "draft", K)] + two_gpu[i + K + 2:]
+    i = next(i for i in range(len(two_gpu)) if two_gpu[i : i + K + 2] == whole)
+    split = (
+        two_gpu[:i] + whole[:1] + [(COPY, "draft", 1)] + whole[1 : K + 1] + [(COPY, "draft", K)] + two_gpu[i + K + 2 :]
+    )
     for changed in (one_token, no_read, split):
         assert changed != run.events_with_copies
     f_copy = two_gpu.index((COPY, "target", 3))  # f to the draft, after the round's read
     read = max(i for i in range(f_copy) if two_gpu[i][0] == "sync")
     assert two_gpu[read - 1][0] == COPY and two_gpu[read - K - 3][0] == "verify"
-    early = two_gpu[:read - K - 2] + [two_gpu[f_copy]] + two_gpu[read - K - 2:f_copy] + two_gpu[f_copy + 1:]
+    early = two_gpu[: read - K - 2] + [two_gpu[f_copy]] + two_gpu[read - K - 2 : f_copy] + two_gpu[f_copy + 1 :]
     assert early != run.events_with_copies  # 3 catches it (f copied right after the verify)
     assert _without_copies(early) == run.events  # 1 and 2 cannot
 
@@ -213,8 +231,9 @@ def test_the_runs_cover_every_rule_the_logs_check(recorded):
         # reads: one per round (the skip test) and one per generation at the end, and resolve's
         extra = [Counter(e[0] for e in run.events)["sync"] - len(run.lines) - len(PROMPTS) for run in runs]
         assert min(extra) >= 0 and max(extra) > 0
-    used = [line["lookahead_used"] for head in HEADS for K in KS
-            for line in recorded("pipelined-deferred", head, K).lines]
+    used = [
+        line["lookahead_used"] for head in HEADS for K in KS for line in recorded("pipelined-deferred", head, K).lines
+    ]
     assert True in used and False in used
 
 
@@ -228,8 +247,14 @@ def test_a_generation_of_one_token_logs_nothing(decoders, schedule):
     finally:
         dec.events = None
     costs = Profile(tiny_profile("two-gpu"), "parity").costs["eager"]
-    result = simulate(costs, Config(schedule, "dense", 3, PROBES, "two-gpu"), IIDAcceptance(0.5),
-                      [Generation("g", 8, 0)], ceiling=False, events=True)
+    result = simulate(
+        costs,
+        Config(schedule, "dense", 3, PROBES, "two-gpu"),
+        IIDAcceptance(0.5),
+        [Generation("g", 8, 0)],
+        ceiling=False,
+        events=True,
+    )
     assert result["events"] == [] and result["decode_ms"] == 0
 
 
@@ -238,14 +263,16 @@ def test_the_first_draft_step_of_a_proposal_costs_two_tokens():
     draft.body_ms at n_tokens = 2 where the profile has the axis, and as one token where not."""
     raw = tiny_profile("one-gpu")
     flat = Profile(raw, "flat").costs["eager"]
-    raw["regimes"]["eager"]["draft"]["body_ms"] = {"points": [
-        dict(timing(1.0 + n), n_tokens=n, context=c) for n in (1, 2) for c in (8, 64)]}
+    raw["regimes"]["eager"]["draft"]["body_ms"] = {
+        "points": [dict(timing(1.0 + n), n_tokens=n, context=c) for n in (1, 2) for c in (8, 64)]
+    }
     by_tokens = Profile(raw, "n_tokens").costs["eager"]
     generations = [Generation("g", 8, 10)]  # nothing accepted: 10 rounds, 10 proposals
     for schedule in SCHEDULES:
         config = Config(schedule, "dense", 3, PROBES, "one-gpu")
-        a, b = (simulate(c, config, IIDAcceptance(0.0), generations, ceiling=False, events=True)
-                for c in (flat, by_tokens))
+        a, b = (
+            simulate(c, config, IIDAcceptance(0.0), generations, ceiling=False, events=True) for c in (flat, by_tokens)
+        )
         proposals = a["events"].count(("draft_step", "draft", 2))
         assert proposals == (0 if schedule == "baseline" else 10)
         assert b["phase_ms"]["draft_body"] - a["phase_ms"]["draft_body"] == pytest.approx(1.0 * proposals)
@@ -273,8 +300,13 @@ def test_on_two_gpus_the_decoders_copies_are_the_simulators():
                     control.bind(references[name], len(ids), name)
                     generation, logged = _logged(dec, ids, schedule)
                     assert generation.tokens == references[name][:MAX_NEW]
-                    lines += trace_lines(generation, prompt_id=name, schedule=schedule, head=head,
-                                         K=0 if schedule == "baseline" else K,
-                                         probes=PROBES if head == "flashhead" else None)
+                    lines += trace_lines(
+                        generation,
+                        prompt_id=name,
+                        schedule=schedule,
+                        head=head,
+                        K=0 if schedule == "baseline" else K,
+                        probes=PROBES if head == "flashhead" else None,
+                    )
                     events += logged
                 assert events == _simulated(lines, schedule, head, K, "two-gpu"), (schedule, head, K)

@@ -1,4 +1,5 @@
 """The simulator's arithmetic: closed forms, hand-computed timelines, schedule invariants."""
+
 import random
 
 import pytest
@@ -19,8 +20,9 @@ def costs(placement="one-gpu", **host):
 def test_iid_tokens_per_round_match_closed_form(a, K):
     expected = (1 - a ** (K + 1)) / (1 - a)
     generation = Generation("g", 8, int(51_000 * expected))
-    result = simulate(costs(), Config("deferred", "dense", K, 4, "one-gpu"), IIDAcceptance(a),
-                      [generation], seed=1, ceiling=False)
+    result = simulate(
+        costs(), Config("deferred", "dense", K, 4, "one-gpu"), IIDAcceptance(a), [generation], seed=1, ceiling=False
+    )
     rounds = result["rounds_detail"][:-1]  # the last round is cut by the token budget
     assert len(rounds) >= 50_000
     mean = sum(r["accepted"] + 1 for r in rounds) / len(rounds)
@@ -69,8 +71,10 @@ HAND = {
 def test_hand_computed_trace(tmp_path, placement, schedule):
     lookahead = [True, False, False] if schedule == "pipelined-deferred" else None
     profile, trace = write(tmp_path, tiny_profile(placement), trace_lines([2, 0, 1], lookahead=lookahead))
-    rows, _ = run(Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,),
-                           heads=("dense",)), ceiling=False)
+    rows, _ = run(
+        Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,), heads=("dense",)),
+        ceiling=False,
+    )
     row = rows[1]
     assert row["ttft_ms"] == pytest.approx(50.1, abs=1e-9)
     assert row["decode_ms"] == pytest.approx(HAND[(placement, schedule)], abs=1e-9)
@@ -81,8 +85,9 @@ def test_hand_computed_trace(tmp_path, placement, schedule):
 @pytest.mark.parametrize("placement", ["one-gpu", "two-gpu"])
 def test_baseline_is_n_forwards_plus_prefill(tmp_path, placement):
     (profile,) = write(tmp_path, tiny_profile(placement))
-    rows, _ = run(Scenario(profile=str(profile), acceptance="0.5", prompts=3, max_new_tokens=20,
-                           schedules=()), ceiling=False)
+    rows, _ = run(
+        Scenario(profile=str(profile), acceptance="0.5", prompts=3, max_new_tokens=20, schedules=()), ceiling=False
+    )
     base = rows[0]
     assert base["schedule"] == "baseline"
     assert base["ttft_ms"] == pytest.approx(50.0 + 0.1)  # prefill + reading the first token
@@ -159,8 +164,10 @@ def test_phase_times_add_up_on_one_device(tmp_path, schedule):
     phases add up to the decode wall time (pipelined-deferred overlaps the host's read with the
     look-ahead, so its phases add up to more)."""
     profile, trace = write(tmp_path, tiny_profile("one-gpu"), trace_lines([2, 0, 1, 2, 2], lookahead=[True] * 5))
-    rows, _ = run(Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,),
-                           heads=("dense",)), ceiling=False)
+    rows, _ = run(
+        Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=(schedule,), heads=("dense",)),
+        ceiling=False,
+    )
     row = rows[1]
     idle_at_start = 5.0 - 0.1  # the draft prefill ends after the first token was read
     assert row["phase_ms"]["initial"] == 5.0  # the draft prefill, run before decoding starts
@@ -182,8 +189,9 @@ def test_the_host_gap_after_each_read_is_on_the_critical_path(schedule):
         raw = tiny_profile("one-gpu")
         raw["regimes"]["eager"]["host"]["read_gap_ms"] = {"median_ms": gap, "p10_ms": gap, "p90_ms": gap, "n": 1}
         costs = Profile(raw, "test").costs["eager"]
-        result = simulate(costs, Config(schedule, "dense", 2, 4, "one-gpu"), source, source.generations, events=True,
-                          ceiling=False)
+        result = simulate(
+            costs, Config(schedule, "dense", 2, 4, "one-gpu"), source, source.generations, events=True, ceiling=False
+        )
         reads = sum(1 for name, *_ in result["events"] if name == "sync")
         return result["decode_ms"], reads
 

@@ -1,4 +1,5 @@
 """`python -m sim` from the outside: defaults, what-ifs, sweeps, files, and bad input."""
+
 import json
 import subprocess
 import sys
@@ -32,25 +33,58 @@ def test_what_if_shows_base_and_change_side_by_side(tmp_path, capsys):
 
 def test_probes_what_if_uses_agreement_when_profile_has_it(tmp_path, capsys):
     profile = tiny_profile()
-    profile["flashhead"]["agreement"] = {"source": "test", "synthetic": False, "probes": [1, 4, 16], "r": [0.5, 0.9, 0.99], "n": 100}
+    profile["flashhead"]["agreement"] = {
+        "source": "test",
+        "synthetic": False,
+        "probes": [1, 4, 16],
+        "r": [0.5, 0.9, 0.99],
+        "n": 100,
+    }
     (path,) = write(tmp_path, profile)
-    assert main(["--profile", str(path), "--acceptance", "0.7", "--head", "flashhead", "--prompts", "20",
-                 "--what-if", "probes=1", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "--profile",
+                str(path),
+                "--acceptance",
+                "0.7",
+                "--head",
+                "flashhead",
+                "--prompts",
+                "20",
+                "--what-if",
+                "probes=1",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert "scaled by agreement r(1)=0.5000 against r=0.9000" in capsys.readouterr().out
     rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
     for schedule in ("ordinary", "deferred"):
-        base, changed = (next(r for r in rows if r["label"] == label and r["schedule"] == schedule)
-                         for label in ("base", "what-if"))
+        base, changed = (
+            next(r for r in rows if r["label"] == label and r["schedule"] == schedule) for label in ("base", "what-if")
+        )
+
         # i.i.d. per-token acceptance a gives accepted/proposed = (a + a^2 + ... + a^K) / K;
         # fewer probes scale the per-token rate by r(1) / r(4) = 0.5 / 0.9.
-        closed_form = lambda a: sum(a ** j for j in range(1, 7)) / 6
+        def closed_form(a):
+            return sum(a**j for j in range(1, 7)) / 6
+
         assert base["acceptance"] == pytest.approx(closed_form(0.7), rel=0.1)
         assert changed["acceptance"] == pytest.approx(closed_form(0.7 * 0.5 / 0.9), rel=0.1)
 
 
 def test_agreement_measured_on_synthetic_weights_is_ignored(tmp_path, capsys):
     profile = tiny_profile()
-    profile["flashhead"]["agreement"] = {"source": "test", "synthetic": True, "probes": [1, 4], "r": [0.01, 0.02], "n": 9}
+    profile["flashhead"]["agreement"] = {
+        "source": "test",
+        "synthetic": True,
+        "probes": [1, 4],
+        "r": [0.01, 0.02],
+        "n": 9,
+    }
     (path,) = write(tmp_path, profile)
     assert main(["--profile", str(path), "--acceptance", "0.7", "--what-if", "probes=1", "--no-ceiling"]) == 0
     assert "agreement curve was measured on synthetic weights" in capsys.readouterr().out
@@ -58,8 +92,23 @@ def test_agreement_measured_on_synthetic_weights_is_ignored(tmp_path, capsys):
 
 def test_sweep_writes_csv_and_plots(tmp_path, capsys):
     out_dir = tmp_path / "sweep"
-    assert main(["--sweep", "K=1,2,4", "--acceptance", "0.6", "--prompts", "2", "--no-ceiling",
-                 "--out", str(out_dir), "--plot"]) == 0
+    assert (
+        main(
+            [
+                "--sweep",
+                "K=1,2,4",
+                "--acceptance",
+                "0.6",
+                "--prompts",
+                "2",
+                "--no-ceiling",
+                "--out",
+                str(out_dir),
+                "--plot",
+            ]
+        )
+        == 0
+    )
     csv_text = (out_dir / "results.csv").read_text()
     assert csv_text.count("\n") == 1 + 3 * 9
     for name in ("sweep.png", "phase_shares.png"):
@@ -137,9 +186,14 @@ def _bad_profile_cases(tmp_path):
     del missing["regimes"]["eager"]["host"]
     not_grid = tiny_profile()
     not_grid["regimes"]["eager"]["target"]["forward_ms"]["points"].append(
-        {"n_tokens": 2, "context": 99, "median_ms": 1.0})
-    return [(wrong_version, "unknown profile schema"), (negative, "must not be negative"),
-            (missing, "host: missing section"), (not_grid, "full grid")]
+        {"n_tokens": 2, "context": 99, "median_ms": 1.0}
+    )
+    return [
+        (wrong_version, "unknown profile schema"),
+        (negative, "must not be negative"),
+        (missing, "host: missing section"),
+        (not_grid, "full grid"),
+    ]
 
 
 def test_malformed_profiles_and_traces(tmp_path, capsys):
@@ -167,7 +221,9 @@ def test_malformed_profiles_and_traces(tmp_path, capsys):
 
 
 def test_sim_never_imports_torch_or_the_other_parts():
-    code = ("import sys, sim.__main__ as m; m.main(['--no-ceiling', '--schedule', 'deferred']);"
-            "bad = [n for n in sys.modules if n.split('.')[0] in ('torch', 'model', 'measure', 'validate')];"
-            "assert not bad, bad")
+    code = (
+        "import sys, sim.__main__ as m; m.main(['--no-ceiling', '--schedule', 'deferred']);"
+        "bad = [n for n in sys.modules if n.split('.')[0] in ('torch', 'model', 'measure', 'validate')];"
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -14,8 +14,9 @@ from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-pytestmark = pytest.mark.skipif(not triton_support.runs_on(DEVICE),
-                                reason="needs triton (on the CPU, its interpreter runs the kernels)")
+pytestmark = pytest.mark.skipif(
+    not triton_support.runs_on(DEVICE), reason="needs triton (on the CPU, its interpreter runs the kernels)"
+)
 ROOM = 48
 TOL = 1e-4 if DEVICE.type == "cpu" else 3e-3  # relative to the largest value
 
@@ -50,8 +51,13 @@ def test_attention_reads_only_slots_up_to_the_last_position():
     mask = torch.arange(slots)[None, :] <= pos[:, None]
     for head in range(n_heads):
         kv = head // (n_heads // n_kv)
-        want = F.scaled_dot_product_attention(q[None, None, :, head], k_cache[:, kv:kv + 1].nan_to_num(),
-                                              v_cache[:, kv:kv + 1].nan_to_num(), attn_mask=mask, scale=0.3)
+        want = F.scaled_dot_product_attention(
+            q[None, None, :, head],
+            k_cache[:, kv : kv + 1].nan_to_num(),
+            v_cache[:, kv : kv + 1].nan_to_num(),
+            attn_mask=mask,
+            scale=0.3,
+        )
         assert torch.allclose(got[:, head], want[0, 0], atol=TOL)
 
 
@@ -82,7 +88,7 @@ def test_cluster_selection_ranks_ties_across_slices():
     tied[winners] = 1.0
     probes = slice_ + 50
     got = flashhead_triton.select_clusters(torch.ones(1, 4, device=DEVICE), tied.to(DEVICE), probes).cpu()
-    ties = [i for i in range(c) if i not in winners][:probes - len(winners)]
+    ties = [i for i in range(c) if i not in winners][: probes - len(winners)]
     assert got.tolist() == [sorted(winners + ties)]
 
 
@@ -107,8 +113,10 @@ def test_flashhead_triton_backend_picks_the_torch_backends_tokens():
         fast = FlashHead(w, clustering, probes=probes, backend="triton")
         slow = FlashHead(w, clustering, probes=probes, backend="torch")
         assert torch.equal(fast.argmax(hidden), slow.argmax(hidden))
-    assert torch.equal(FlashHead(w, clustering, probes=clustering.clusters, backend="triton").argmax(hidden),
-                       DenseHead(w).argmax(hidden))
+    assert torch.equal(
+        FlashHead(w, clustering, probes=clustering.clusters, backend="triton").argmax(hidden),
+        DenseHead(w).argmax(hidden),
+    )
 
 
 @pytest.mark.parametrize("schedule", ["ordinary", "pipelined", "deferred", "pipelined-deferred"])
@@ -137,8 +145,9 @@ def _awq_layer(in_features, out_features, group_size, seed=0):
 
 
 def _planes(layer, block_n=awq_triton.BLOCK_N):
-    return awq_triton.pack_planes(unpack_int4(layer.qweight), unpack_int4(layer.qzeros), layer.scales,
-                                  layer.group_size, block_n)
+    return awq_triton.pack_planes(
+        unpack_int4(layer.qweight), unpack_int4(layer.qzeros), layer.scales, layer.group_size, block_n
+    )
 
 
 def _awq_matmul(layer, x, block_n=awq_triton.BLOCK_N, **config):
@@ -195,8 +204,9 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
     with pytest.raises(ValueError):
         awq_triton.w4a16_matmul(x[:, :512], planes)  # x must have the planes' input width
     with pytest.raises(ValueError):
-        awq_triton.pack_planes(torch.zeros(64, 8, dtype=torch.int32), torch.zeros(4, 8, dtype=torch.int32),
-                               torch.ones(4, 8), 16)  # groups of 16 would split a pair of planes
+        awq_triton.pack_planes(
+            torch.zeros(64, 8, dtype=torch.int32), torch.zeros(4, 8, dtype=torch.int32), torch.ones(4, 8), 16
+        )  # groups of 16 would split a pair of planes
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
@@ -208,8 +218,10 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
         other = torch.randn(m, 512, generator=g).to(DEVICE)
         other[3] = x[3]
         for splits in (1, 4):
-            assert torch.equal(awq_triton.w4a16_matmul(x, planes, splits=splits)[3],
-                               awq_triton.w4a16_matmul(other, planes, splits=splits)[3])
+            assert torch.equal(
+                awq_triton.w4a16_matmul(x, planes, splits=splits)[3],
+                awq_triton.w4a16_matmul(other, planes, splits=splits)[3],
+            )
     x = torch.randn(16, 512, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
     assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:5], awq_triton.w4a16_matmul(x[:5].clone(), planes))
 

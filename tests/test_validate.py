@@ -1,5 +1,6 @@
 """python -m validate on tiny models (CPU): the whole pipeline, its atomic output, the closed form by
 hand, and bad input. Timings are never asserted; only that every number exists and agrees in kind."""
+
 import csv
 import json
 import math
@@ -14,11 +15,21 @@ from validate import pipeline
 from validate.__main__ import main
 from validate.closed_form import closed_form
 
-TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--prompts", "81,111,141",
-        "--n-prompts", "2", "--max-new-tokens", "8"]
+TINY = [
+    "--target",
+    "tiny-qwen3",
+    "--draft",
+    "tiny-qwen3-draft",
+    "--placement",
+    "cpu",
+    "--prompts",
+    "81,111,141",
+    "--n-prompts",
+    "2",
+    "--max-new-tokens",
+    "8",
+]
 MEASURE = ["--measure", "--measure-args", "--reps 2 --warmup 1 --agreement-max-len 8 --prompts first:1 --probes 1,32"]
-
-
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +64,13 @@ def test_report_files_and_traces_meet_the_contract(validated):
     assert len(traces) - len(calibration) == 9
     # one decoder instance for the baseline and one per head (K 2): baseline and deferred on each
     assert sorted(t.name.split(".")[0] for t in calibration) == sorted(
-        f"calibration-{group}-{name}" for group in ("baseline", "K2-dense", "K2-flashhead")
-        for name in ("baseline", "deferred-" + group.split("-")[-1] + "-K2" if group != "baseline" else "deferred-dense-K2"))
+        f"calibration-{group}-{name}"
+        for group in ("baseline", "K2-dense", "K2-flashhead")
+        for name in (
+            "baseline",
+            "deferred-" + group.split("-")[-1] + "-K2" if group != "baseline" else "deferred-dense-K2",
+        )
+    )
     validation_prompts = set(read_summary(validated / "traces" / "baseline.summary.json")["config"]["prompts"])
     for trace in calibration:
         prompts = {json.loads(x)["prompt_id"] for x in trace.read_text().splitlines()}
@@ -70,16 +86,51 @@ def test_report_files_and_traces_meet_the_contract(validated):
     assert not list(validated.parent.glob(".*"))  # no staging folder left behind
 
 
+def test_one_configuration_is_drawn_as_measured_and_predicted_timelines(validated):
+    from contracts.timeline import read_timeline
+
+    for name in ("timeline-measured.json", "timeline-predicted.json", "timeline.png"):
+        assert (validated / name).is_file(), name
+    assert (validated / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (measured, m_meta), (predicted, p_meta) = (
+        read_timeline(validated / f"timeline-{kind}.json") for kind in ("measured", "predicted")
+    )
+    assert m_meta["source"] == "decoder" and p_meta["source"] == "simulator"
+    assert m_meta["configuration"]["name"] == p_meta["configuration"]["name"] == "pipelined-deferred-dense-K2"
+    assert m_meta["generation"]["prompt_id"] == p_meta["generation"]["prompt_id"]  # the same generation
+    assert m_meta["weights"] == p_meta["weights"] == "synthetic"
+    assert {n for _, n, *_ in measured} & {n for _, n, *_ in predicted} >= {"draft_body", "draft_head", "verify"}
+    report = (validated / "report.md").read_text()
+    assert all(f"`{name}`" in report for name in ("timeline-measured.json", "timeline-predicted.json", "timeline.png"))
+
+
 def test_recorded_runs_predict_again_to_the_same_numbers(validated, tmp_path, capsys):
     out = tmp_path / "again"
     assert main(["--from-runs", str(validated), "--profile", str(validated / "profile.json"), "--out", str(out)]) == 0
     columns = ("configuration", "measured_tok_s", "predicted_tok_s", "closed_form_tok_s")
-    first, again = ([{k: r[k] for k in columns} for r in csv.DictReader((d / "results.csv").open())]
-                    for d in (validated, out))
+    first, again = (
+        [{k: r[k] for k in columns} for r in csv.DictReader((d / "results.csv").open())] for d in (validated, out)
+    )
     assert sorted(first, key=str) == sorted(again, key=str)
-    assert sorted(p.name for p in (out / "traces").iterdir()) == sorted(p.name for p in (validated / "traces").iterdir())
-    assert main(["--from-runs", str(tmp_path / "nothing"), "--profile", str(validated / "profile.json"),
-                 "--out", str(tmp_path / "x")]) == 2
+    assert sorted(p.name for p in (out / "traces").iterdir()) == sorted(
+        p.name for p in (validated / "traces").iterdir()
+    )
+    # the runs' measured timeline is copied, the predicted one made again, and both drawn
+    assert (out / "timeline-measured.json").read_bytes() == (validated / "timeline-measured.json").read_bytes()
+    assert (out / "timeline-predicted.json").is_file() and (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert (
+        main(
+            [
+                "--from-runs",
+                str(tmp_path / "nothing"),
+                "--profile",
+                str(validated / "profile.json"),
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert main(["--from-runs", str(validated), "--out", str(tmp_path / "y")]) == 2
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     assert capsys.readouterr().err.count("error:") == 2
@@ -98,8 +149,23 @@ def test_a_failure_midway_leaves_no_output(validated, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "predict", fail_on_second)
     out = tmp_path / "nested" / "report"
     with pytest.raises(RuntimeError, match="injected"):
-        main(TINY + ["--profile", str(validated / "profile.json"), "--schedules", "baseline,ordinary",
-                     "--heads", "dense", "--K", "2", "--n-prompts", "1", "--out", str(out)])
+        main(
+            TINY
+            + [
+                "--profile",
+                str(validated / "profile.json"),
+                "--schedules",
+                "baseline,ordinary",
+                "--heads",
+                "dense",
+                "--K",
+                "2",
+                "--n-prompts",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
     assert len(calls) == 2 and not out.exists() and not (tmp_path / "nested").exists()
 
 
@@ -109,7 +175,7 @@ def test_closed_form_equals_a_hand_computation():
     # target forward 10 + n ms (one context point), body 2, dense head 1, FlashHead 0.25 + p/100,
     # item 0.1, copy 0.2 (two per round on two GPUs), bookkeeping 0.3
     ordinary = closed_form(costs, "ordinary", "dense", 2, None, "two-gpu", lines)
-    assert ordinary.E_R == pytest.approx(2.0) and ordinary.context == pytest.approx(34 / 3)
+    assert pytest.approx(2.0) == ordinary.E_R and ordinary.context == pytest.approx(34 / 3)
     assert (ordinary.T_p, ordinary.T_q, ordinary.T_o) == pytest.approx((12.0, 3.0, 11.0 + 0.1 + 0.3 + 0.4))
     assert ordinary.tpot_ms == pytest.approx((12 + 2 * 3 + 11.8) / 2)
     assert ordinary.tok_s == pytest.approx(1000 / 14.9)
@@ -167,9 +233,8 @@ def test_profile_from_another_placement_is_refused(tmp_path, capsys):
 def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_path):
     """Measured phase times of a calibration run at twice the profile's verify time and half its draft
     body time give scales of exactly 2 and 0.5; the calibrated prediction then predicts those times."""
-    from tests.sim_fixtures import tiny_profile
+    from tests.sim_fixtures import tiny_profile, write
     from tests.sim_fixtures import trace_lines as fixture_lines
-    from tests.sim_fixtures import write
     from validate.calibration import scales_from
     from validate.plan import Config
     from validate.predict import predict
@@ -179,8 +244,14 @@ def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_p
     config = Config("deferred", "dense", 2)
     predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False)
     phases = dict(predicted["phase_ms"])
-    measured = {"verify": 2 * phases["verify"], "finalize": 2 * phases["finalize"],
-                "draft_body": 0.5 * phases["draft_body"], "draft_head": phases["draft_head"], "sync": 0.0, "other": 0.0}
+    measured = {
+        "verify": 2 * phases["verify"],
+        "finalize": 2 * phases["finalize"],
+        "draft_body": 0.5 * phases["draft_body"],
+        "draft_head": phases["draft_head"],
+        "sync": 0.0,
+        "other": 0.0,
+    }
     summary = {"phases_ms": measured}
     scales = scales_from([(config, None, lines, summary, trace_path)], "dense", profile_path, "one-gpu", False)
     assert scales == pytest.approx({"target.forward_ms": 2.0, "draft.body_ms": 0.5, "draft.head_dense_ms": 1.0})

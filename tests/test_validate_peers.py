@@ -1,5 +1,6 @@
 """python -m validate --peers on tiny models (CPU): Hugging Face's models over our weights, every greedy
 output equal to our target's, and the rows the report promises."""
+
 import csv
 
 import torch
@@ -7,8 +8,6 @@ import torch
 from model.loading import load_model
 from validate.__main__ import main
 from validate.hf import hf_twin
-
-
 
 
 def test_hf_twin_shares_our_weights_and_computes_our_logits():
@@ -24,11 +23,34 @@ def test_hf_twin_shares_our_weights_and_computes_our_logits():
 
 def test_peers_agree_with_our_target_greedy_output(tmp_path, capsys):
     out = tmp_path / "peers"
-    assert main(["--peers", "--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu",
-                 "--K", "3", "--prompts", "81,111", "--max-new-tokens", "8", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--peers",
+                "--target",
+                "tiny-qwen3",
+                "--draft",
+                "tiny-qwen3-draft",
+                "--placement",
+                "cpu",
+                "--K",
+                "3",
+                "--prompts",
+                "81,111",
+                "--max-new-tokens",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["system"]: r for r in csv.DictReader((out / "peers.csv").open())}
-    schedule = next(r["schedule"] for r in rows.values() if r["head"] == "dense" and r["acceptance control"] == "none"
-                    and r["system"].startswith("ours-"))
+    schedule = next(
+        r["schedule"]
+        for r in rows.values()
+        if r["head"] == "dense" and r["acceptance control"] == "none" and r["system"].startswith("ours-")
+    )
     expected = {"hf-generate", "hf-assisted", "ours-baseline", f"ours-{schedule}-dense", f"ours-{schedule}-flashhead"}
     assert expected <= set(rows)
     assert any(name.endswith("+control") for name in rows)  # synthetic weights: reference rows under control

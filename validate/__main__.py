@@ -1,5 +1,6 @@
 """python -m validate: real end-to-end runs against the simulator's predictions (and, with --peers,
 side by side with Hugging Face's own generation on the same weights)."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,9 @@ what a validation run does (default):
   probes, placement, regime) and the study's closed form TPOT = (T_p(K) + K*T_q + T_o) / E[R] on the
   same inputs; error = (predicted - measured) / measured decode tok/s. The report (report.md,
   results.csv, scatter.png, phases.png, traces/) appears all at once when everything succeeded.
+  For one configuration (the first pipelined-deferred one, else the first speculative one) it also
+  writes the first recorded generation's timeline as measured and as predicted (Chrome/Perfetto
+  traces timeline-measured.json, timeline-predicted.json) and draws both in timeline.png.
 
 --peers:
   Hugging Face generate (greedy) and assisted generation (same draft, K proposals a round), built over
@@ -45,56 +49,114 @@ examples:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m validate", description=__doc__, epilog=EPILOG,
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", default=None, metavar="PATH",
-                   help="cost profile (python -m measure) the simulator reads; "
-                   "it must be measured on the same placement, with the regime of --graphs")
-    p.add_argument("--measure", action="store_true",
-                   help="measure the profile now (same models, placement, regime; contexts covering the prompts) "
-                        "into the output folder, after the real runs so they never share the GPU")
-    p.add_argument("--measure-args", default="", metavar="ARGS",
-                   help="extra options for python -m measure with --measure, e.g. '--reps 10' (they override ours)")
-    p.add_argument("--target", default="qwen3-32b-awq",
-                   help="target preset or checkpoint folder (default qwen3-32b-awq)")
+    p = OneLineParser(
+        prog="python -m validate",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="cost profile (python -m measure) the simulator reads; "
+        "it must be measured on the same placement, with the regime of --graphs",
+    )
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure the profile now (same models, placement, regime; contexts covering the prompts) "
+        "into the output folder, after the real runs so they never share the GPU",
+    )
+    p.add_argument(
+        "--measure-args",
+        default="",
+        metavar="ARGS",
+        help="extra options for python -m measure with --measure, e.g. '--reps 10' (they override ours)",
+    )
+    p.add_argument(
+        "--target", default="qwen3-32b-awq", help="target preset or checkpoint folder (default qwen3-32b-awq)"
+    )
     p.add_argument("--draft", default="qwen3-0.6b", help="draft preset or checkpoint folder (default qwen3-0.6b)")
-    p.add_argument("--schedules", default="all", help="baseline, ordinary, pipelined, deferred, pipelined-deferred: "
-                   "comma-separated, or all (default)")
+    p.add_argument(
+        "--schedules",
+        default="all",
+        help="baseline, ordinary, pipelined, deferred, pipelined-deferred: comma-separated, or all (default)",
+    )
     p.add_argument("--heads", default="dense,flashhead", help="draft heads: dense, flashhead or both (default)")
-    p.add_argument("--K", default="6", help="draft tokens per round, comma-separated for a sweep (default 6; "
-                   "--peers takes one)")
+    p.add_argument(
+        "--K", default="6", help="draft tokens per round, comma-separated for a sweep (default 6; --peers takes one)"
+    )
     p.add_argument("--probes", type=int, default=None, help="FlashHead probes (default: clusters / 16)")
-    p.add_argument("--clustering", default=None, metavar="DIR", help="FlashHead assets to load (default: build them "
-                   "from the draft's head, seeded, as python -m measure does)")
-    p.add_argument("--acceptance", default=None, metavar="SPEC",
-                   help="acceptance control (see below); default a=0.43 with synthetic weights (with --peers: "
-                        "for reference rows beside the uncontrolled ones), none with real ones")
-    p.add_argument("--prompts", default="per-category:1", help="Spec-Bench selection: first:N, per-category:N, or "
-                   "categories / question ids, comma-separated (default per-category:1)")
-    p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: the copy shipped in "
-                   "model/data)")
-    p.add_argument("--n-prompts", type=int, default=8, help="use at most this many prompts, spread evenly over the "
-                   "selection (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included "
-                   "(default 64)")
-    p.add_argument("--placement", default=None, help="two-gpu, one-gpu or cpu (default: two-gpu with 2 GPUs, "
-                   "one-gpu with 1, else cpu)")
-    p.add_argument("--graphs", default=None, choices=["on", "off"], help="CUDA graphs for our decoder (default on "
-                   "GPU, off on CPU); the simulator reads the profile's matching regime")
-    p.add_argument("--dtype", default=None,
-                   help="float32, bfloat16 or float16 (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument(
+        "--clustering",
+        default=None,
+        metavar="DIR",
+        help="FlashHead assets to load (default: build them from the draft's head, seeded, as python -m measure does)",
+    )
+    p.add_argument(
+        "--acceptance",
+        default=None,
+        metavar="SPEC",
+        help="acceptance control (see below); default a=0.43 with synthetic weights (with --peers: "
+        "for reference rows beside the uncontrolled ones), none with real ones",
+    )
+    p.add_argument(
+        "--prompts",
+        default="per-category:1",
+        help="Spec-Bench selection: first:N, per-category:N, or "
+        "categories / question ids, comma-separated (default per-category:1)",
+    )
+    p.add_argument(
+        "--prompts-file", default=None, help="Spec-Bench question.jsonl (default: the copy shipped in model/data)"
+    )
+    p.add_argument(
+        "--n-prompts",
+        type=int,
+        default=8,
+        help="use at most this many prompts, spread evenly over the selection (default 8)",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included (default 64)"
+    )
+    p.add_argument(
+        "--placement",
+        default=None,
+        help="two-gpu, one-gpu or cpu (default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+    )
+    p.add_argument(
+        "--graphs",
+        default=None,
+        choices=["on", "off"],
+        help="CUDA graphs for our decoder (default on "
+        "GPU, off on CPU); the simulator reads the profile's matching regime",
+    )
+    p.add_argument(
+        "--dtype", default=None, help="float32, bfloat16 or float16 (default bfloat16 on GPU, float32 on CPU)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights, clustering, acceptance control")
-    p.add_argument("--warmup", type=int, default=1, help="untimed generations before each configuration / system "
-                   "(default 1)")
-    p.add_argument("--out", default=None, metavar="DIR", help="report folder (default out/validation/"
-                   "<placement>-<gpu>-<date> under the current folder, with --peers out/peers/...)")
+    p.add_argument(
+        "--warmup", type=int, default=1, help="untimed generations before each configuration / system (default 1)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="report folder (default out/validation/"
+        "<placement>-<gpu>-<date> under the current folder, with --peers out/peers/...)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing report in the --out folder")
-    p.add_argument("--from-runs", default=None, metavar="DIR",
-                   help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
-                        "folder a run left when it stopped before its prediction) with --profile, into --out")
+    p.add_argument(
+        "--from-runs",
+        default=None,
+        metavar="DIR",
+        help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
+        "folder a run left when it stopped before its prediction) with --profile, into --out",
+    )
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
-    p.add_argument("--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a "
-                   "short trial)")
+    p.add_argument(
+        "--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a short trial)"
+    )
     args = p.parse_args(argv)
     args.command = "python -m validate " + shlex.join(argv)
     return args
@@ -109,6 +171,7 @@ def main(argv=None) -> int:
             pipeline.run_from_runs(args)
         else:
             (peers if args.peers else pipeline).run(args)
+
     return run_torch_command(body)
 
 

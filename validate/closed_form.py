@@ -15,6 +15,7 @@
 The baseline is T_p(1) per token. The formula knows nothing of skipped verifies, overlap between the
 devices, the look-ahead or launch-bound host time: that is what it is compared for.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ class ClosedForm:
         return 1000.0 / self.tpot_ms
 
 
-def closed_form(costs: Costs, schedule: str, head: str, K: int, probes: int | None, placement: str,
-                lines: list[dict]) -> ClosedForm:
+def closed_form(
+    costs: Costs, schedule: str, head: str, K: int, probes: int | None, placement: str, lines: list[dict]
+) -> ClosedForm:
     """The estimate for one configuration from its profile costs and its trace lines."""
     context = sum(line["context"] for line in lines) / len(lines)
     if schedule == "baseline":

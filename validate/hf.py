@@ -7,6 +7,7 @@ model is built with its parameters on the meta device and then given our tensors
 so it costs no second copy of the weights; its buffers (RoPE tables, Gemma's embedding scale) are
 computed on the device as Hugging Face computes them.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from model.config import FULL, SLIDING, ModelConfig
 from contracts import UsageError
+from model.config import FULL, SLIDING, ModelConfig
 from model.transformer import Transformer
 
 
@@ -24,22 +25,44 @@ def hf_config(config: ModelConfig, max_positions: int):
     from transformers import Gemma3TextConfig, Qwen3Config
 
     if config.quant:
-        raise UsageError("--peers needs an unquantized target: transformers runs AWQ only through autoawq, "
-                         "which is not installed (use qwen3-32b rather than qwen3-32b-awq)")
-    common = dict(vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-                  intermediate_size=config.intermediate_size, num_hidden_layers=config.n_layers,
-                  num_attention_heads=config.n_heads, num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim,
-                  rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=config.tie_word_embeddings,
-                  layer_types=list(config.layer_types), max_position_embeddings=max_positions,
-                  bos_token_id=None, eos_token_id=None, pad_token_id=None, attention_bias=False)
+        raise UsageError(
+            "--peers needs an unquantized target: transformers runs AWQ only through autoawq, "
+            "which is not installed (use qwen3-32b rather than qwen3-32b-awq)"
+        )
+    common = dict(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads,
+        head_dim=config.head_dim,
+        rms_norm_eps=config.rms_norm_eps,
+        tie_word_embeddings=config.tie_word_embeddings,
+        layer_types=list(config.layer_types),
+        max_position_embeddings=max_positions,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attention_bias=False,
+    )
     rope = {"rope_type": "default", "rope_theta": config.rope_theta}
     if config.arch == "qwen3":
-        return Qwen3Config(**common, hidden_act=config.hidden_activation, rope_parameters=rope,
-                           use_sliding_window=SLIDING in config.layer_types, sliding_window=config.sliding_window)
+        return Qwen3Config(
+            **common,
+            hidden_act=config.hidden_activation,
+            rope_parameters=rope,
+            use_sliding_window=SLIDING in config.layer_types,
+            sliding_window=config.sliding_window,
+        )
     local = {"rope_type": "default", "rope_theta": config.local_rope_theta}
-    return Gemma3TextConfig(**common, hidden_activation=config.hidden_activation, sliding_window=config.sliding_window,
-                            query_pre_attn_scalar=config.query_pre_attn_scalar,
-                            rope_parameters={FULL: rope, SLIDING: local})
+    return Gemma3TextConfig(
+        **common,
+        hidden_activation=config.hidden_activation,
+        sliding_window=config.sliding_window,
+        query_pre_attn_scalar=config.query_pre_attn_scalar,
+        rope_parameters={FULL: rope, SLIDING: local},
+    )
 
 
 def hf_twin(model: Transformer, max_positions: int):
@@ -50,13 +73,17 @@ def hf_twin(model: Transformer, max_positions: int):
     device, dtype = model.head_weight.device, model.head_weight.dtype
     with torch.device(device), init_empty_weights(include_buffers=False):
         twin = AutoModelForCausalLM.from_config(hf_config(model.config, max_positions), dtype=dtype)
-    state = {("lm_head.weight" if name == "lm_head.weight" else f"model.{name}"): tensor
-             for name, tensor in model.checkpoint_state_dict().items()}
+    state = {
+        ("lm_head.weight" if name == "lm_head.weight" else f"model.{name}"): tensor
+        for name, tensor in model.checkpoint_state_dict().items()
+    }
     result = twin.load_state_dict(state, strict=False, assign=True)
     missing = set(result.missing_keys) - ({"lm_head.weight"} if model.config.tie_word_embeddings else set())
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"weights do not map onto transformers' model: missing {sorted(missing)[:3]}, "
-                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+        raise RuntimeError(
+            f"weights do not map onto transformers' model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:3]}"
+        )
     if model.config.tie_word_embeddings:
         twin.lm_head.weight = twin.model.embed_tokens.weight
     return twin.eval()
@@ -113,19 +140,32 @@ def generate(twin, prompt_ids: list[int], max_new: int, assistant=None) -> HFRun
     lengths: list[int] = []
     hook = twin.register_forward_pre_hook(
         lambda module, a, kw: lengths.append(kw["input_ids"].shape[1] if "input_ids" in kw else a[0].shape[1]),
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     clock = _Clock()
     try:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        out = twin.generate(inputs, attention_mask=torch.ones_like(inputs),
-                            generation_config=generation_config(max_new), assistant_model=assistant, streamer=clock)
-        tokens = out[0, len(prompt_ids):].tolist()
+        out = twin.generate(
+            inputs,
+            attention_mask=torch.ones_like(inputs),
+            generation_config=generation_config(max_new),
+            assistant_model=assistant,
+            streamer=clock,
+        )
+        tokens = out[0, len(prompt_ids) :].tolist()
         end = time.perf_counter()
     finally:
         hook.remove()
     first = clock.times[1] if len(clock.times) > 2 else end
     proposed = (lengths[0] - len(prompt_ids) + sum(n - 1 for n in lengths[1:])) if assistant is not None else 0
-    return HFRun(tokens, (first - start) * 1e3, (end - first) * 1e3, len(tokens) - clock.counts[1],
-                 (end - start) * 1e3, len(lengths), proposed)
+    return HFRun(
+        tokens,
+        (first - start) * 1e3,
+        (end - first) * 1e3,
+        len(tokens) - clock.counts[1],
+        (end - start) * 1e3,
+        len(lengths),
+        proposed,
+    )

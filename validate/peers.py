@@ -7,6 +7,7 @@ weights ours is also shown under acceptance control, for reference. Every system
 the prompts run interleaved (each prompt through every system in turn); tok/s are medians over prompts.
 Every output is checked against our target's greedy continuation.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,11 +18,9 @@ from pathlib import Path
 
 import torch
 
-from contracts import UsageError
-from contracts import HEADS
+from contracts import HEADS, UsageError
 from contracts.cli import parse_choices
-from contracts.files import staged
-from contracts.files import write_atomic
+from contracts.files import staged, write_atomic
 from contracts.names import PHASES, SPECULATIVE_SCHEDULES
 from model.pair import resolve_placement
 from sim.report import render
@@ -59,9 +58,16 @@ class Sample:
 def _ours(generation) -> Sample:
     rounds = generation.rounds
     timed = rounds and all(r.phases_ms is not None for r in rounds)
-    return Sample(generation.tokens, generation.ttft_ms, generation.decode_ms, generation.decode_tokens, len(rounds),
-                  sum(r.proposed for r in rounds), sum(r.accepted for r in rounds),
-                  {p: sum(r.phases_ms[p] for r in rounds) for p in PHASES} if timed else None)
+    return Sample(
+        generation.tokens,
+        generation.ttft_ms,
+        generation.decode_ms,
+        generation.decode_tokens,
+        len(rounds),
+        sum(r.proposed for r in rounds),
+        sum(r.accepted for r in rounds),
+        {p: sum(r.phases_ms[p] for r in rounds) for p in PHASES} if timed else None,
+    )
 
 
 def _theirs(run: hf.HFRun) -> Sample:
@@ -104,8 +110,9 @@ def run(args) -> Path:
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "peers", placement, target_device, args.force)
     reference_len = args.max_new_tokens + 2 * K + 2
-    pair, work = load_pair(args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K,
-                           args.clustering)
+    pair, work = load_pair(
+        args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K, args.clustering
+    )
     control = control_for(pair, args.acceptance)  # for the reference rows
     hf_target, hf_draft = hf.hf_twin(pair.target.model, pair.room), hf.hf_twin(pair.draft.model, pair.room)
     hf.set_assistant(hf_draft, K)
@@ -123,11 +130,24 @@ def run(args) -> Path:
             chosen["control"] = args.schedule or _trial(steered[heads[0]], work, control, refs, args, bar)
         systems = _systems(work, hf_target, hf_draft, plain, steered, control, chosen, refs, args.max_new_tokens)
         _interleave(systems, work, w, bar)
-    meta = {"weights": pair.weights, "target": args.target, "draft": args.draft, "placement": placement,
-            "graphs": graphs, "K": K, "prompts": [p.id for p in prompts], "prompt_spec": args.prompts,
-            "max_new_tokens": args.max_new_tokens, "warmup": w, "command": args.command, "chosen": chosen,
-            "schedule_given": args.schedule is not None, "control": control.spec if control else None,
-            "dtype": pair.target.info["dtype"], "gpus": _gpus(pair.target_device, pair.draft_device)}
+    meta = {
+        "weights": pair.weights,
+        "target": args.target,
+        "draft": args.draft,
+        "placement": placement,
+        "graphs": graphs,
+        "K": K,
+        "prompts": [p.id for p in prompts],
+        "prompt_spec": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "warmup": w,
+        "command": args.command,
+        "chosen": chosen,
+        "schedule_given": args.schedule is not None,
+        "control": control.spec if control else None,
+        "dtype": pair.target.info["dtype"],
+        "gpus": _gpus(pair.target_device, pair.draft_device),
+    }
     table = rows_of(systems, refs, args.max_new_tokens)
     write(out, table, systems, meta)
     print(render(list(table[0]), [[_cell(v) for v in row.values()] for row in table]))
@@ -135,23 +155,40 @@ def run(args) -> Path:
     return out
 
 
-def _systems(work, hf_target, hf_draft, plain: dict, steered: dict, control, chosen: dict, refs: dict,
-             max_new: int) -> list[System]:
+def _systems(
+    work, hf_target, hf_draft, plain: dict, steered: dict, control, chosen: dict, refs: dict, max_new: int
+) -> list[System]:
     """The rows, each a function of the prompt index: Hugging Face's two, then ours."""
+
     def ours(dec, schedule, ctl):
         return lambda i: _ours(decode(dec, work, schedule, max_new, ctl, refs, order=[i])[0][1])
 
     first = next(iter(plain.values()))
     systems = [
         System("hf-generate", "greedy", "-", "-", lambda i: _theirs(hf.generate(hf_target, work.ids[i], max_new))),
-        System("hf-assisted", "assisted", "dense", "none",
-               lambda i: _theirs(hf.generate(hf_target, work.ids[i], max_new, hf_draft))),
+        System(
+            "hf-assisted",
+            "assisted",
+            "dense",
+            "none",
+            lambda i: _theirs(hf.generate(hf_target, work.ids[i], max_new, hf_draft)),
+        ),
         System("ours-baseline", "baseline", "-", "-", ours(first, "baseline", None)),
     ]
-    systems += [System(f"ours-{chosen['none']}-{h}", chosen["none"], h, "none", ours(dec, chosen["none"], None))
-                for h, dec in plain.items()]
-    systems += [System(f"ours-{chosen['control']}-{h}+control", chosen["control"], h, control.spec,
-                       ours(dec, chosen["control"], control)) for h, dec in steered.items()]
+    systems += [
+        System(f"ours-{chosen['none']}-{h}", chosen["none"], h, "none", ours(dec, chosen["none"], None))
+        for h, dec in plain.items()
+    ]
+    systems += [
+        System(
+            f"ours-{chosen['control']}-{h}+control",
+            chosen["control"],
+            h,
+            control.spec,
+            ours(dec, chosen["control"], control),
+        )
+        for h, dec in steered.items()
+    ]
     return systems
 
 
@@ -204,14 +241,23 @@ def rows_of(systems: list[System], refs: dict, max_new: int) -> list[dict]:
         agree, first = divergence(s.samples, refs, max_new)
         proposed = s.total("proposed")
         tok_s = s.median("decode_tok_s")
-        rows.append({
-            "system": s.name, "schedule": s.schedule, "head": s.head, "acceptance control": s.control,
-            "decode tok/s": tok_s, "e2e tok/s": s.median("e2e_tok_s"), "TTFT ms": s.median("ttft_ms"),
-            "x hf-generate": tok_s / by_name["hf-generate"], "x hf-assisted": tok_s / by_name["hf-assisted"],
-            "acceptance": s.total("accepted") / proposed if proposed else None,
-            "tokens/round": _tokens_per_round(s), "agree": f"{agree}/{len(s.samples)}",
-            "first divergence": first or "-",
-        })
+        rows.append(
+            {
+                "system": s.name,
+                "schedule": s.schedule,
+                "head": s.head,
+                "acceptance control": s.control,
+                "decode tok/s": tok_s,
+                "e2e tok/s": s.median("e2e_tok_s"),
+                "TTFT ms": s.median("ttft_ms"),
+                "x hf-generate": tok_s / by_name["hf-generate"],
+                "x hf-assisted": tok_s / by_name["hf-assisted"],
+                "acceptance": s.total("accepted") / proposed if proposed else None,
+                "tokens/round": _tokens_per_round(s),
+                "agree": f"{agree}/{len(s.samples)}",
+                "first divergence": first or "-",
+            }
+        )
     return rows
 
 
@@ -240,9 +286,15 @@ def where_the_time_goes(systems: list[System], rows: list[dict]) -> list[str]:
             continue
         tokens, decode_ms = s.total("decode_tokens"), s.total("decode_ms")
         totals = {p: sum(x.phases[p] for _, x in s.samples) for p in PHASES}
-        lines += [f"### {s.name}: {speedup:.2f}x the best Hugging Face row ({best_hf:.2f} tok/s, {hf_ms:.2f} ms/token)",
-                  "", f"{decode_ms / tokens:.2f} ms per decode token, by phase (summed over prompts; device phases "
-                  "can overlap on two GPUs):", "", "| phase | ms per token | share of decode time |", "|---|---|---|"]
+        lines += [
+            f"### {s.name}: {speedup:.2f}x the best Hugging Face row ({best_hf:.2f} tok/s, {hf_ms:.2f} ms/token)",
+            "",
+            f"{decode_ms / tokens:.2f} ms per decode token, by phase (summed over prompts; device phases "
+            "can overlap on two GPUs):",
+            "",
+            "| phase | ms per token | share of decode time |",
+            "|---|---|---|",
+        ]
         lines += [f"| {p} | {totals[p] / tokens:.3f} | {100 * totals[p] / decode_ms:.1f}% |" for p in PHASES]
         lines.append("")
     return lines
@@ -250,38 +302,58 @@ def where_the_time_goes(systems: list[System], rows: list[dict]) -> list[str]:
 
 def markdown(rows: list[dict], systems: list[System], meta: dict) -> str:
     weights = meta["weights"].upper()
-    pick = ("given with --schedule" if meta["schedule_given"] else
-            "the fastest in a short trial on the first prompt (dense head, after a warm-up each)")
-    lines = [f"# Side by side with Hugging Face ({meta['placement']})", "",
-             f"**Weights: {weights}**" + (" (real architectures, seeded random values: outputs are not language, and "
-                                          "the draft's own proposals are almost never accepted)"
-                                          if meta["weights"] == "synthetic" else ""), "",
-             f"- Target {meta['target']}, draft {meta['draft']}, {meta['dtype']}; placement {meta['placement']}; "
-             f"GPUs: {', '.join(meta['gpus'])}; our CUDA graphs: {'on' if meta['graphs'] else 'off'}",
-             f"- Hugging Face models are transformers' own classes over our very weight tensors (shared, not copied); "
-             f"`generate` greedy with a DynamicCache; assisted generation with the same draft, "
-             f"{meta['K']} proposals per round (constant, no confidence stop), K = {meta['K']} for ours too.",
-             f"- Our schedule: {meta['chosen']['none']} without acceptance control"
-             + (f", {meta['chosen']['control']} under acceptance control {meta['control']}" if meta["control"] else "")
-             + f" ({pick}).",
-             f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
-             f"{', '.join(meta['prompts'])}), "
-             f"{meta['max_new_tokens']} new tokens; {meta['warmup']} warm-up generation(s) per system, then the "
-             "prompts interleaved across systems; tok/s and TTFT are medians over prompts.",
-             f"- Command: `{meta['command']}`", "",
-             "## Results", "",
-             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    pick = (
+        "given with --schedule"
+        if meta["schedule_given"]
+        else "the fastest in a short trial on the first prompt (dense head, after a warm-up each)"
+    )
+    lines = [
+        f"# Side by side with Hugging Face ({meta['placement']})",
+        "",
+        f"**Weights: {weights}**"
+        + (
+            " (real architectures, seeded random values: outputs are not language, and "
+            "the draft's own proposals are almost never accepted)"
+            if meta["weights"] == "synthetic"
+            else ""
+        ),
+        "",
+        f"- Target {meta['target']}, draft {meta['draft']}, {meta['dtype']}; placement {meta['placement']}; "
+        f"GPUs: {', '.join(meta['gpus'])}; our CUDA graphs: {'on' if meta['graphs'] else 'off'}",
+        f"- Hugging Face models are transformers' own classes over our very weight tensors (shared, not copied); "
+        f"`generate` greedy with a DynamicCache; assisted generation with the same draft, "
+        f"{meta['K']} proposals per round (constant, no confidence stop), K = {meta['K']} for ours too.",
+        f"- Our schedule: {meta['chosen']['none']} without acceptance control"
+        + (f", {meta['chosen']['control']} under acceptance control {meta['control']}" if meta["control"] else "")
+        + f" ({pick}).",
+        f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
+        f"{', '.join(meta['prompts'])}), "
+        f"{meta['max_new_tokens']} new tokens; {meta['warmup']} warm-up generation(s) per system, then the "
+        "prompts interleaved across systems; tok/s and TTFT are medians over prompts.",
+        f"- Command: `{meta['command']}`",
+        "",
+        "## Results",
+        "",
+        "| " + " | ".join(rows[0]) + " |",
+        "|" + "---|" * len(rows[0]),
+    ]
     lines += ["| " + " | ".join(_cell(v) for v in r.values()) + " |" for r in rows]
-    lines += ["", "- **decode tok/s**: tokens after the first ones to reach the host, over the time after them "
-              "(ours: after the first token; Hugging Face assisted: after its first round). **e2e tok/s**: all new "
-              "tokens over the whole call, prefill included. **x hf-…**: decode tok/s over that row's.",
-              "- **acceptance**: accepted / proposed draft tokens. **tokens/round**: ours = decode tokens / rounds; "
-              "Hugging Face = new tokens / target forwards (its first forward is the prefill).",
-              "- **agree**: prompts whose output equals our target's greedy output token for token; **first "
-              "divergence**: the first prompt and token where one does not (got vs expected).",
-              "- Rows marked +control run under acceptance control (the draft runs its real body and head; its "
-              "proposals follow the target's greedy output at the given rate): for reference only, Hugging Face "
-              "cannot be steered that way." if meta["control"] else "- No acceptance control (real weights).", ""]
+    lines += [
+        "",
+        "- **decode tok/s**: tokens after the first ones to reach the host, over the time after them "
+        "(ours: after the first token; Hugging Face assisted: after its first round). **e2e tok/s**: all new "
+        "tokens over the whole call, prefill included. **x hf-…**: decode tok/s over that row's.",
+        "- **acceptance**: accepted / proposed draft tokens. **tokens/round**: ours = decode tokens / rounds; "
+        "Hugging Face = new tokens / target forwards (its first forward is the prefill).",
+        "- **agree**: prompts whose output equals our target's greedy output token for token; **first "
+        "divergence**: the first prompt and token where one does not (got vs expected).",
+        "- Rows marked +control run under acceptance control (the draft runs its real body and head; its "
+        "proposals follow the target's greedy output at the given rate): for reference only, Hugging Face "
+        "cannot be steered that way."
+        if meta["control"]
+        else "- No acceptance control (real weights).",
+        "",
+    ]
     slow = where_the_time_goes(systems, rows)
     lines += ["## Where the time goes", ""]
     lines += slow if slow else [f"Every row of ours is at least {TARGET_SPEEDUP}x the best Hugging Face row.", ""]
@@ -295,8 +367,15 @@ def csv_text(rows: list[dict], systems: list[System]) -> str:
     writer.writeheader()
     for r, s in zip(rows, systems):
         phases = {f"{p}_ms": sum(x.phases[p] for _, x in s.samples) if s.samples[0][1].phases else None for p in PHASES}
-        writer.writerow({**r, "prompts": len(s.samples), "decode_tokens": s.total("decode_tokens"),
-                         "decode_ms": s.total("decode_ms"), **phases})
+        writer.writerow(
+            {
+                **r,
+                "prompts": len(s.samples),
+                "decode_tokens": s.total("decode_tokens"),
+                "decode_ms": s.total("decode_ms"),
+                **phases,
+            }
+        )
     return buffer.getvalue()
 
 

@@ -4,6 +4,7 @@ Order: check every input; decode all configurations (one decoder per (K, head), 
 the models; with --measure, measure the profile now (so both never share the GPU) with contexts that
 cover the prompts; predict; write the report. Everything lands in a staged folder renamed at the end.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -15,30 +16,50 @@ from contracts import HEADS, SCHEDULES, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged
 from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.pair import resolve_placement
 from model.prompts import select_prompts
+from model.trace import timeline_meta
 from sim.profile import load_profile
 
 from . import report
-from .closed_form import closed_form
-from .plan import (Config, check_acceptance, check_out, check_profile, choose_prompts, graphs_on, matrix, parse_ks,
-                   report_folder)
-from .predict import phase_rows, predict
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
 from .calibration import Calibration, group_name, read_gap_from, scales_from, trace_name
-from .runs import (Workload, control_for, decode, free_memory, load_pair, progress, records, references,
-                   run_config_dict)
+from .closed_form import closed_form
+from .plan import (
+    Config,
+    check_acceptance,
+    check_out,
+    check_profile,
+    choose_prompts,
+    graphs_on,
+    matrix,
+    parse_ks,
+    report_folder,
+    timeline_config,
+)
+from .predict import phase_rows, predict, predict_timeline
+from .runs import Workload, control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
 
 
 def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths) -> MeasureSettings:
     """python -m measure's settings for the same models, placement and regime; --measure-args win."""
-    base = MeasureSettings(target=args.target, draft=args.draft, placement=placement, dtype=args.dtype,
-                           contexts=tuple(contexts), prompt_lengths=tuple(prompt_lengths), K_max=K_max,
-                           clustering=args.clustering, graphs=("on" if graphs else "off",),
-                           prompts_file=args.prompts_file, seed=args.seed)
+    base = MeasureSettings(
+        target=args.target,
+        draft=args.draft,
+        placement=placement,
+        dtype=args.dtype,
+        contexts=tuple(contexts),
+        prompt_lengths=tuple(prompt_lengths),
+        K_max=K_max,
+        clustering=args.clustering,
+        graphs=("on" if graphs else "off",),
+        prompts_file=args.prompts_file,
+        seed=args.seed,
+    )
     settings, _ = settings_from(shlex.split(args.measure_args), base, overrides_only=True)
     check_settings(settings)
     return settings
@@ -72,18 +93,21 @@ def run(args) -> Path:
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "validation", placement, target_device, args.force)
     reference_len = args.max_new_tokens + 2 * K_max + 2
-    pair, work = load_pair(args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K_max,
-                          args.clustering)
+    pair, work = load_pair(
+        args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K_max, args.clustering
+    )
     control = control_for(pair, args.acceptance)
     if "flashhead" in heads:
         pair.head("flashhead", args.probes)  # bad probes fail here, before any run
     lengths = [len(x) for x in work.ids]
     meta = _meta(args, pair, graphs, control, prompts)
+    drawn = timeline_config(configs)
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
-        recorded, calibration_records = _decode_all(args, pair, work, configs, control, graphs, reference_len,
-                                                    folder, ks[0])
+        recorded, calibration_records = _decode_all(
+            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn
+        )
         del pair, control
         free_memory()
         profile_path = args.profile
@@ -94,21 +118,59 @@ def run(args) -> Path:
             measure_profile(settings, profile_path, command_line(settings, out / "profile.json"))
         profile = check_profile(str(profile_path), placement, graphs)
         calibrations = calibrate(calibration_records, profile_path, placement, graphs)
-        results, notes = _predict_all(recorded, calibrations, profile_path, profile, placement, graphs, folder)
+        results, notes = _predict_all(recorded, calibrations, profile_path, profile, placement, graphs, folder, drawn)
         notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
         meta["calibrations"] = [c.describe() for c in calibrations.values()]
-        meta.update(_profile_meta(profile, args, pair_names=(args.target, args.draft)), notes=notes,
-                    profile="profile.json" if args.measure else args.profile, measured_here=bool(args.measure))
+        meta.update(
+            _profile_meta(profile, args, pair_names=(args.target, args.draft)),
+            notes=notes,
+            profile="profile.json" if args.measure else args.profile,
+            measured_here=bool(args.measure),
+        )
+        meta["timeline"] = _timeline_files(folder, drawn)
         report.write(folder, results, meta)
-    _print_results(results, out)
+    _print_results(results, out, meta["timeline"]["files"])
     return out
 
 
-def _print_results(results, out: Path) -> None:
+def _print_results(results, out: Path, timeline_files: list[str]) -> None:
     print(report.stdout_table(results))
-    print("; ".join(f"{name.replace('_', ' ')} |error|: median {100 * median:.1f}%, max {100 * most:.1f}%"
-                    for name, (median, most) in report.errors_summary(results).items()))
-    print(f"wrote {out}/report.md, results.csv, scatter.png, phases.png, traces/")
+    print(
+        "; ".join(
+            f"{name.replace('_', ' ')} |error|: median {100 * median:.1f}%, max {100 * most:.1f}%"
+            for name, (median, most) in report.errors_summary(results).items()
+        )
+    )
+    print(
+        f"wrote {out}/report.md, results.csv, scatter.png, phases.png, {''.join(f + ', ' for f in timeline_files)}"
+        "traces/"
+    )
+
+
+MEASURED_TIMELINE, PREDICTED_TIMELINE = "timeline-measured.json", "timeline-predicted.json"
+TIMELINE_PNG = "timeline.png"
+TIMELINE_CHOICE = (
+    "the first recorded generation of the matrix's first pipelined-deferred configuration (else of "
+    "its first speculative one)"
+)
+
+
+def _timeline_files(folder: Path, drawn: Config | None) -> dict:
+    """The timelines written for `drawn` and, where both are there (of one configuration), timeline.png
+    drawing them."""
+    files = [name for name in (MEASURED_TIMELINE, PREDICTED_TIMELINE) if (folder / name).exists()]
+    if len(files) == 2:
+        measured, predicted = read_timeline(folder / MEASURED_TIMELINE), read_timeline(folder / PREDICTED_TIMELINE)
+        if configuration_name(measured[1]) == configuration_name(predicted[1]) == drawn.name:
+            report.timeline_png(measured, predicted, folder / TIMELINE_PNG)
+            files.append(TIMELINE_PNG)
+    return {"configuration": drawn.name if drawn else None, "files": files}
+
+
+def configuration_name(timeline_meta: dict) -> str | None:
+    """The name of the configuration a timeline shows (its otherData's), if it says."""
+    configuration = timeline_meta.get("configuration")
+    return configuration.get("name") if isinstance(configuration, dict) else None
 
 
 def run_from_runs(args) -> Path:
@@ -132,23 +194,48 @@ def run_from_runs(args) -> Path:
     profile = check_profile(args.profile, placement, graphs)
     out = Path(args.out)
     check_out(out, args.force)
+    measured_timeline = Path(args.from_runs) / MEASURED_TIMELINE  # the runs' own, when they drew one
+    drawn = timeline_config([r[0] for r in recorded])
+    if measured_timeline.is_file():
+        name = configuration_name(read_timeline(measured_timeline)[1])
+        drawn = next((r[0] for r in recorded if r[0].name == name), drawn)
     drafted = next((r[3]["config"] for r in recorded if r[0].K), first)
     control = drafted.get("acceptance_control")
-    meta = {"weights": first["weights"], "target": first["target"], "draft": drafted["draft"],
-            "target_info": "as recorded", "draft_info": "as recorded", "placement": placement, "graphs": graphs,
-            "acceptance": (f"acceptance control {' '.join(f'{k}={v}' for k, v in control.items())}" if control
-                           else "the draft's own proposals (no acceptance control)"),
-            "prompts": first["prompts"], "prompt_spec": f"runs recorded earlier, predicted again from {source}",
-            "max_new_tokens": first["max_new_tokens"], "warmup": None, "command": args.command}
+    meta = {
+        "weights": first["weights"],
+        "target": first["target"],
+        "draft": drafted["draft"],
+        "target_info": "as recorded",
+        "draft_info": "as recorded",
+        "placement": placement,
+        "graphs": graphs,
+        "acceptance": (
+            f"acceptance control {' '.join(f'{k}={v}' for k, v in control.items())}"
+            if control
+            else "the draft's own proposals (no acceptance control)"
+        ),
+        "prompts": first["prompts"],
+        "prompt_spec": f"runs recorded earlier, predicted again from {source}",
+        "max_new_tokens": first["max_new_tokens"],
+        "warmup": None,
+        "command": args.command,
+    }
     with staged(out) as folder:
         shutil.copytree(source, folder / "traces")
+        if measured_timeline.is_file():
+            shutil.copyfile(measured_timeline, folder / MEASURED_TIMELINE)
         calibrations = calibrate(calibration_records, args.profile, placement, graphs)
         meta["calibrations"] = [c.describe() for c in calibrations.values()]
-        results, notes = _predict_all(recorded, calibrations, args.profile, profile, placement, graphs, folder)
-        meta.update(_profile_meta(profile, args, pair_names=(first["target"], drafted["draft"])), notes=notes,
-                    profile=args.profile, measured_here=False)
+        results, notes = _predict_all(recorded, calibrations, args.profile, profile, placement, graphs, folder, drawn)
+        meta.update(
+            _profile_meta(profile, args, pair_names=(first["target"], drafted["draft"])),
+            notes=notes,
+            profile=args.profile,
+            measured_here=False,
+        )
+        meta["timeline"] = _timeline_files(folder, drawn)
         report.write(folder, results, meta)
-    _print_results(results, out)
+    _print_results(results, out, meta["timeline"]["files"])
     return out
 
 
@@ -179,9 +266,19 @@ def profile_has_read_gap(profile_path, graphs: bool) -> bool:
     return profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]].read_gap is not None
 
 
-def _predict_all(recorded, calibrations: dict, profile_path, profile, placement: str, graphs: bool, folder: Path):
+def _predict_all(
+    recorded,
+    calibrations: dict,
+    profile_path,
+    profile,
+    placement: str,
+    graphs: bool,
+    folder: Path,
+    drawn: Config | None = None,
+):
     """Simulator (calibrated where the run's decoder instance was, and from the profile alone) and closed
-    form for every recorded configuration; (results, the simulator's notes)."""
+    form for every recorded configuration; (results, the simulator's notes). For `drawn`, also the
+    simulator's timeline of its first generation, as predicted (timeline-predicted.json)."""
     costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
     results, notes = [], []
     for config, probes, lines, summary in recorded:
@@ -192,16 +289,45 @@ def _predict_all(recorded, calibrations: dict, profile_path, profile, placement:
         predicted = profile_only
         if calibration is not None:
             predicted, _ = predict(profile_path, trace, lines, config, probes, placement, graphs, calibration.edits())
+        if config == drawn:
+            intervals, timeline = predict_timeline(
+                profile_path,
+                trace,
+                config,
+                probes,
+                placement,
+                graphs,
+                calibration.edits() if calibration is not None else (),
+            )
+            timeline["chosen"] = TIMELINE_CHOICE
+            timeline["prediction"] = (
+                "the report's prediction of this configuration: the same profile"
+                + (" and calibration" if calibration is not None else "")
+                + ", replaying its own trace"
+            )
+            write_timeline(folder / PREDICTED_TIMELINE, intervals, timeline)
         closed = closed_form(costs, config.schedule, config.head, config.K, probes, placement, lines)
-        results.append(report.Result(config, probes, summary, predicted, closed, phase_rows(summary, predicted),
-                                     str(trace.relative_to(folder)),
-                                     profile_only if calibration is not None else None))
+        results.append(
+            report.Result(
+                config,
+                probes,
+                summary,
+                predicted,
+                closed,
+                phase_rows(summary, predicted),
+                str(trace.relative_to(folder)),
+                profile_only if calibration is not None else None,
+            )
+        )
     return results, notes
 
 
-def _decode_all(args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int):
+def _decode_all(
+    args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int, drawn: Config | None = None
+):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
-    and summary; returns (recorded runs, calibration records by decoder instance)."""
+    and summary, and the timeline of `drawn`'s first recorded generation (timeline-measured.json);
+    returns (recorded runs, calibration records by decoder instance)."""
     recorded, calibrations, refs = [], {}, None
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
@@ -221,25 +347,68 @@ def _decode_all(args, pair, work, configs, control, graphs, reference_len, folde
             calibrations[name] = []
             probes = head.probes if head_kind == "flashhead" else None
             for schedule in CALIBRATION_SCHEDULES:
-                config = Config("baseline", "dense", 0) if schedule == "baseline" else Config(schedule, head_kind,
-                                                                                              K or first_K)
-                runs = decode(dec, Workload([calibration_prompt], [calibration_ids]), schedule, args.max_new_tokens,
-                              control, refs, warmup=1, bar=None)
+                config = (
+                    Config("baseline", "dense", 0)
+                    if schedule == "baseline"
+                    else Config(schedule, head_kind, K or first_K)
+                )
+                runs = decode(
+                    dec,
+                    Workload([calibration_prompt], [calibration_ids]),
+                    schedule,
+                    args.max_new_tokens,
+                    control,
+                    refs,
+                    warmup=1,
+                    bar=None,
+                )
                 config_probes = probes if config.head == "flashhead" else None
-                lines, summary = records(runs, config, config_probes, run_config_dict(
-                    pair, [calibration_prompt], config, config_probes, dec.graphs, args.max_new_tokens, control))
+                lines, summary = records(
+                    runs,
+                    config,
+                    config_probes,
+                    run_config_dict(
+                        pair, [calibration_prompt], config, config_probes, dec.graphs, args.max_new_tokens, control
+                    ),
+                )
                 stem = trace_name(name, config)
                 write_trace(folder / "traces" / f"{stem}.trace.jsonl", lines)
                 write_summary(folder / "traces" / f"{stem}.summary.json", summary)
-                calibrations[name].append((config, config_probes, lines, summary,
-                                           folder / "traces" / f"{stem}.trace.jsonl"))
+                calibrations[name].append(
+                    (config, config_probes, lines, summary, folder / "traces" / f"{stem}.trace.jsonl")
+                )
                 bar.update()
             for config in group:
                 config_probes = probes if config.head == "flashhead" else None
-                runs = decode(dec, work, config.schedule, args.max_new_tokens, control, refs, args.warmup,
-                              bar=bar, label=config.name)
-                lines, summary = records(runs, config, config_probes, run_config_dict(
-                    pair, work.prompts, config, config_probes, dec.graphs, args.max_new_tokens, control))
+                runs = decode(
+                    dec,
+                    work,
+                    config.schedule,
+                    args.max_new_tokens,
+                    control,
+                    refs,
+                    args.warmup,
+                    bar=bar,
+                    label=config.name,
+                    timeline=config == drawn,
+                )
+                lines, summary = records(
+                    runs,
+                    config,
+                    config_probes,
+                    run_config_dict(
+                        pair, work.prompts, config, config_probes, dec.graphs, args.max_new_tokens, control
+                    ),
+                )
+                if config == drawn:
+                    prompt_id, generation = runs[0]
+                    write_timeline(
+                        folder / MEASURED_TIMELINE,
+                        generation.timeline,
+                        timeline_meta(
+                            generation, summary["config"], prompt_id, dec.target_device.type == "cuda", TIMELINE_CHOICE
+                        ),
+                    )
                 write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
                 write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
                 recorded.append((config, config_probes, lines, summary))
@@ -257,13 +426,28 @@ def calibration_workload(args, pair, work):
 
 
 def _meta(args, pair, graphs: bool, control, prompts) -> dict:
-    info = lambda m: ", ".join(f"{k} {v}" for k, v in m.info.items() if k in ("dtype", "quantization", "kernel") and v)
-    return {"weights": pair.weights, "target": args.target, "draft": args.draft, "target_info": info(pair.target),
-            "draft_info": info(pair.draft), "placement": pair.placement, "graphs": graphs,
-            "acceptance": (f"acceptance control {control.spec} (seed {control.seed})" if control is not None
-                           else "the draft's own proposals (no acceptance control)"),
-            "prompts": [p.id for p in prompts], "prompt_spec": args.prompts, "max_new_tokens": args.max_new_tokens,
-            "warmup": args.warmup, "command": args.command}
+    def info(m):
+        return ", ".join(f"{k} {v}" for k, v in m.info.items() if k in ("dtype", "quantization", "kernel") and v)
+
+    return {
+        "weights": pair.weights,
+        "target": args.target,
+        "draft": args.draft,
+        "target_info": info(pair.target),
+        "draft_info": info(pair.draft),
+        "placement": pair.placement,
+        "graphs": graphs,
+        "acceptance": (
+            f"acceptance control {control.spec} (seed {control.seed})"
+            if control is not None
+            else "the draft's own proposals (no acceptance control)"
+        ),
+        "prompts": [p.id for p in prompts],
+        "prompt_spec": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "warmup": args.warmup,
+        "command": args.command,
+    }
 
 
 def _profile_meta(profile, args, pair_names) -> dict:
@@ -272,10 +456,18 @@ def _profile_meta(profile, args, pair_names) -> dict:
     warnings = []
     names = (setup.get("target", {}).get("name"), setup.get("draft", {}).get("name"))
     if names != tuple(pair_names):
-        warnings.append(f"The profile was measured for target {names[0]} + draft {names[1]}; this run used "
-                        f"{pair_names[0]} + {pair_names[1]}.")
-    return {"profile_setup": setup, "gpus": raw.get("env", {}).get("gpus", ["unknown"]),
-            "profile_created": raw.get("created", "?"),
-            "profile_origin": ("measured for this report by python -m measure, right after the real runs, same models "
-                               "and placement" if args.measure else "given with --profile"),
-            "warnings": warnings}
+        warnings.append(
+            f"The profile was measured for target {names[0]} + draft {names[1]}; this run used "
+            f"{pair_names[0]} + {pair_names[1]}."
+        )
+    return {
+        "profile_setup": setup,
+        "gpus": raw.get("env", {}).get("gpus", ["unknown"]),
+        "profile_created": raw.get("created", "?"),
+        "profile_origin": (
+            "measured for this report by python -m measure, right after the real runs, same models and placement"
+            if args.measure
+            else "given with --profile"
+        ),
+        "warnings": warnings,
+    }

@@ -1,4 +1,5 @@
 """Every input of a run, checked before a model is loaded or a file written (bad input: UsageError)."""
+
 from __future__ import annotations
 
 import datetime
@@ -45,6 +46,13 @@ def matrix(schedules, heads, ks) -> list[Config]:
     return configs + [Config(s, h, K) for K in ks for h in heads for s in schedules if s != "baseline"]
 
 
+def timeline_config(configs: list[Config]) -> Config | None:
+    """The configuration whose first recorded generation the report draws as a timeline: the first
+    pipelined-deferred one, else the first speculative one (None: only the baseline runs)."""
+    speculative = [c for c in configs if c.schedule != "baseline"]
+    return next((c for c in speculative if c.schedule == "pipelined-deferred"), speculative[0] if speculative else None)
+
+
 def check_acceptance(text: str | None) -> None:
     """None (the default for the weights), `none` (the draft's own proposals) or an acceptance-control
     spec (a=0.43, pattern=1,0)."""
@@ -77,12 +85,16 @@ def check_profile(path: str, placement: str, graphs: bool) -> Profile:
         raise UsageError(f"profile not found: {path} (pass a profile JSON from python -m measure, or --measure)")
     profile = load_profile(path)
     if profile.placement != placement:
-        raise UsageError(f"profile {path} was measured on placement {profile.placement}, this run uses {placement} "
-                         f"(measure again with --placement {placement}, or pass --measure)")
+        raise UsageError(
+            f"profile {path} was measured on placement {profile.placement}, this run uses {placement} "
+            f"(measure again with --placement {placement}, or pass --measure)"
+        )
     regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
     if regime not in profile.costs:
-        raise UsageError(f"profile {path} has no {regime} costs (it carries {', '.join(profile.costs)}); "
-                         f"run with --graphs {'off' if graphs else 'on'} or measure that regime")
+        raise UsageError(
+            f"profile {path} has no {regime} costs (it carries {', '.join(profile.costs)}); "
+            f"run with --graphs {'off' if graphs else 'on'} or measure that regime"
+        )
     return profile
 
 

@@ -4,20 +4,29 @@ The prediction uses the same profile and replays the run's own trace (exact at t
 the same schedule, head, probes, placement and regime, so any error is the cost model's, not the
 acceptance's.
 """
+
 from __future__ import annotations
 
 from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_PHASES
 from sim.acceptance import TraceReplay
 from sim.profile import load_profile
-from sim.scenario import Scenario, run
+from sim.scenario import Scenario, run, timeline
 from sim.schedules import Config as SimConfig
 from sim.simulate import simulate
 
 from .plan import Config
 
 
-def predict(profile_path, trace_path, lines: list[dict], config: Config, probes: int | None, placement: str,
-            graphs: bool, edits: tuple = ()) -> tuple[dict, list[str]]:
+def predict(
+    profile_path,
+    trace_path,
+    lines: list[dict],
+    config: Config,
+    probes: int | None,
+    placement: str,
+    graphs: bool,
+    edits: tuple = (),
+) -> tuple[dict, list[str]]:
     """(the simulator's row for this configuration, its notes); `edits` scale profile costs (calibration)."""
     regime_flag = "on" if graphs else "off"
     if config.schedule == "baseline":  # a baseline trace carries no acceptance; only its generations matter
@@ -29,13 +38,35 @@ def predict(profile_path, trace_path, lines: list[dict], config: Config, probes:
             by_prompt.setdefault(line["prompt_id"], []).append(line)
         source = TraceReplay(by_prompt, "dense", None)
         sim_config = SimConfig("baseline", "dense", 1, profile.default_probes, placement)
-        row = simulate(profile.costs[REGIME_OF_GRAPHS_FLAG[regime_flag]], sim_config, source, source.generations, ceiling=False)
+        row = simulate(
+            profile.costs[REGIME_OF_GRAPHS_FLAG[regime_flag]], sim_config, source, source.generations, ceiling=False
+        )
         return row, [f"profile: {profile.label()} [{profile.source}], regime: {REGIME_OF_GRAPHS_FLAG[regime_flag]}"]
-    scenario = Scenario(profile=str(profile_path), acceptance=f"trace:{trace_path}", schedules=(config.schedule,),
-                        heads=(config.head,), K=config.K, probes=probes, placement=placement, graphs=regime_flag,
-                        edits=tuple(edits))
-    rows, resolved = run(scenario, ceiling=False)
+    rows, resolved = run(_scenario(profile_path, trace_path, config, probes, placement, graphs, edits), ceiling=False)
     return rows[-1], resolved.notes
+
+
+def _scenario(profile_path, trace_path, config: Config, probes, placement: str, graphs: bool, edits) -> Scenario:
+    """The simulator's scenario for a recorded speculative configuration: its own trace, replayed."""
+    return Scenario(
+        profile=str(profile_path),
+        acceptance=f"trace:{trace_path}",
+        schedules=(config.schedule,),
+        heads=(config.head,),
+        K=config.K,
+        probes=probes,
+        placement=placement,
+        graphs="on" if graphs else "off",
+        edits=tuple(edits),
+    )
+
+
+def predict_timeline(
+    profile_path, trace_path, config: Config, probes: int | None, placement: str, graphs: bool, edits: tuple = ()
+) -> tuple[list[tuple], dict]:
+    """The simulator's timeline (contracts.timeline intervals, otherData) of a recorded speculative
+    configuration's first generation, from the same scenario as `predict`'s."""
+    return timeline(_scenario(profile_path, trace_path, config, probes, placement, graphs, edits))
 
 
 def phase_rows(summary: dict, predicted: dict) -> list[dict]:
@@ -46,9 +77,15 @@ def phase_rows(summary: dict, predicted: dict) -> list[dict]:
     rows = []
     for phase in SIMULATED_PHASES:
         m, p = measured.get(phase, 0.0), predicted["phase_ms"].get(phase, 0.0)
-        rows.append({"phase": phase, "measured_ms": m, "predicted_ms": p,
-                     "measured_share": m / summary["decode_ms"] if summary["decode_ms"] else 0.0,
-                     "predicted_share": predicted["phase_share"].get(phase, 0.0)})
+        rows.append(
+            {
+                "phase": phase,
+                "measured_ms": m,
+                "predicted_ms": p,
+                "measured_share": m / summary["decode_ms"] if summary["decode_ms"] else 0.0,
+                "predicted_share": predicted["phase_share"].get(phase, 0.0),
+            }
+        )
     return rows
 
 

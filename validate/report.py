@@ -1,4 +1,6 @@
-"""The validation report: report.md, results.csv, scatter.png and phases.png (into a staged folder)."""
+"""The validation report: report.md, results.csv, scatter.png and phases.png (into a staged folder), and
+timeline.png, one configuration's measured and predicted timelines."""
+
 from __future__ import annotations
 
 import csv
@@ -8,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.files import write_atomic
+from contracts.timeline import TIMELINE_NAMES, TIMELINE_STREAMS, category
 from sim.report import render
 
 from .closed_form import ClosedForm
@@ -61,17 +64,37 @@ def _f(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-HEADERS = ["configuration", "measured tok/s", "predicted tok/s", "error", "profile-only error", "closed-form tok/s",
-           "closed error", "acc/prop", "tok/rd", "verify m/p", "append m/p"]
+HEADERS = [
+    "configuration",
+    "measured tok/s",
+    "predicted tok/s",
+    "error",
+    "profile-only error",
+    "closed-form tok/s",
+    "closed error",
+    "acc/prop",
+    "tok/rd",
+    "verify m/p",
+    "append m/p",
+]
 
 
 def _cells(r: Result) -> list[str]:
     s, p = r.summary, r.predicted
     profile_only = "-" if r.profile_only_error is None else _pct(r.profile_only_error)
-    return [r.config.name + (f" p={r.probes}" if r.probes else ""), _f(r.measured_tok_s), _f(r.predicted_tok_s),
-            _pct(r.error), profile_only, _f(r.closed.tok_s), _pct(r.closed_error), _f(s["acceptance"], 3),
-            _f(s["mean_emitted"], 3), f"{s['verify_calls']}/{p['verify_calls']}",
-            f"{s['append_calls']}/{p['append_calls']}"]
+    return [
+        r.config.name + (f" p={r.probes}" if r.probes else ""),
+        _f(r.measured_tok_s),
+        _f(r.predicted_tok_s),
+        _pct(r.error),
+        profile_only,
+        _f(r.closed.tok_s),
+        _pct(r.closed_error),
+        _f(s["acceptance"], 3),
+        _f(s["mean_emitted"], 3),
+        f"{s['verify_calls']}/{p['verify_calls']}",
+        f"{s['append_calls']}/{p['append_calls']}",
+    ]
 
 
 def stdout_table(results: list[Result]) -> str:
@@ -86,6 +109,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def errors_summary(results: list[Result]) -> dict:
     """Median and max absolute relative error of each estimator (the profile-only simulator too, when
     the runs were calibrated)."""
+
     def spread(errors):
         errors = [abs(e) for e in errors]
         return statistics.median(errors), max(errors)
@@ -101,100 +125,187 @@ def diagnosis(r: Result) -> str:
     """Which phase carries a miss: the phase totals furthest apart, against the decode-time difference."""
     c = error_carrier(r.phases)
     delta = r.predicted["decode_ms"] - r.summary["decode_ms"]
-    others = ", ".join(f"{x['phase']} {x['predicted_ms'] - x['measured_ms']:+.1f}" for x in r.phases
-                       if x is not c and abs(x["predicted_ms"] - x["measured_ms"]) >= 0.05 * abs(delta or 1))
-    return (f"- **{r.config.name}** (error {_pct(r.error)}): predicted decode {r.predicted['decode_ms']:.1f} ms vs "
-            f"measured {r.summary['decode_ms']:.1f} ms ({delta:+.1f} ms). Largest phase gap: **{c['phase']}** "
-            f"predicted {c['predicted_ms']:.1f} ms vs measured {c['measured_ms']:.1f} ms "
-            f"({c['predicted_ms'] - c['measured_ms']:+.1f} ms)" + (f"; other gaps (ms): {others}." if others else "."))
+    others = ", ".join(
+        f"{x['phase']} {x['predicted_ms'] - x['measured_ms']:+.1f}"
+        for x in r.phases
+        if x is not c and abs(x["predicted_ms"] - x["measured_ms"]) >= 0.05 * abs(delta or 1)
+    )
+    return (
+        f"- **{r.config.name}** (error {_pct(r.error)}): predicted decode {r.predicted['decode_ms']:.1f} ms vs "
+        f"measured {r.summary['decode_ms']:.1f} ms ({delta:+.1f} ms). Largest phase gap: **{c['phase']}** "
+        f"predicted {c['predicted_ms']:.1f} ms vs measured {c['measured_ms']:.1f} ms "
+        f"({c['predicted_ms'] - c['measured_ms']:+.1f} ms)" + (f"; other gaps (ms): {others}." if others else ".")
+    )
 
 
 def markdown(results: list[Result], meta: dict) -> str:
     setup = meta["profile_setup"]
     weights = meta["weights"].upper()
-    lines = [f"# Validation: simulator vs real runs ({meta['placement']})", "",
-             f"**Weights: {weights}**" + (" (real architectures, seeded random values: timings are real, outputs are "
-                                          "not language; acceptance is set by acceptance control)"
-                                          if meta["weights"] == "synthetic" else ""), "",
-             f"- Target: {meta['target']} ({meta['target_info']}); draft: {meta['draft']} ({meta['draft_info']})",
-             f"- Placement: **{meta['placement']}**; CUDA graphs: {'on' if meta['graphs'] else 'off'}; "
-             f"GPUs (profile env): {', '.join(meta['gpus'])}",
-             f"- Profile: `{meta['profile']}` ({meta['profile_origin']}; target {setup['target'].get('name')}, "
-             f"draft {setup['draft'].get('name')}, created {meta['profile_created']})",
-             f"- Acceptance: {meta['acceptance']}",
-             f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
-             f"{', '.join(meta['prompts'])}), {meta['max_new_tokens']} new tokens each, "
-             + (f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)"
-                if meta["warmup"] is not None else "the runs' warm-up generations are not in their traces"),
-             f"- Command: `{meta['command']}`",
-             "- Calibration: " + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else
-                                  "none (the profile's costs as measured)"), ""]
+    lines = [
+        f"# Validation: simulator vs real runs ({meta['placement']})",
+        "",
+        f"**Weights: {weights}**"
+        + (
+            " (real architectures, seeded random values: timings are real, outputs are "
+            "not language; acceptance is set by acceptance control)"
+            if meta["weights"] == "synthetic"
+            else ""
+        ),
+        "",
+        f"- Target: {meta['target']} ({meta['target_info']}); draft: {meta['draft']} ({meta['draft_info']})",
+        f"- Placement: **{meta['placement']}**; CUDA graphs: {'on' if meta['graphs'] else 'off'}; "
+        f"GPUs (profile env): {', '.join(meta['gpus'])}",
+        f"- Profile: `{meta['profile']}` ({meta['profile_origin']}; target {setup['target'].get('name')}, "
+        f"draft {setup['draft'].get('name')}, created {meta['profile_created']})",
+        f"- Acceptance: {meta['acceptance']}",
+        f"- Prompts: {len(meta['prompts'])} Spec-Bench questions ({meta['prompt_spec']}: "
+        f"{', '.join(meta['prompts'])}), {meta['max_new_tokens']} new tokens each, "
+        + (
+            f"{meta['warmup']} warm-up generation(s) per configuration (not recorded)"
+            if meta["warmup"] is not None
+            else "the runs' warm-up generations are not in their traces"
+        ),
+        f"- Command: `{meta['command']}`",
+        "- Calibration: "
+        + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else "none (the profile's costs as measured)"),
+        "",
+    ]
     lines += [f"> {w}" for w in meta["warnings"]] + ([""] if meta["warnings"] else [])
     med = errors_summary(results)
-    lines += ["## Summary", "",
-              f"{len(results)} configurations. Absolute error of predicted decode tok/s against measured:", "",
-              *_md_table(["estimator", "median absolute error", "max absolute error"],
-                         [[name.replace("_", " "), f"{100 * m:.1f}%", f"{100 * x:.1f}%"]
-                          for name, (m, x) in med.items()]),
-              "", "## Definitions", "",
-              "- **measured tok/s**: decode tokens (all generated tokens but the first, which belongs to TTFT) over "
-              "decode wall time, summed over the prompts (the run summary's `decode_tok_s`).",
-              "- **predicted tok/s**: `python -m sim` on the same profile, replaying this run's own trace (exact at "
-              "the recorded K) with the same schedule, head, probes, placement and regime; with the in-process "
-              "calibration where the runs carry one: each decoder instance first decoded a calibration prompt "
-              "(not a validation prompt) under baseline and deferred, and the profile's target forward, draft "
-              "body and draft head costs are scaled by that instance's measured / predicted phase times.",
-              "- **profile-only error**: the same prediction from the profile's costs as measured, uncalibrated.",
-              "- **error** = (predicted - measured) / measured, for every estimator.",
-              "- **closed form**: the study's TPOT = (T_p(K) + K·T_q + T_o) / E[R], tok/s = 1000 / TPOT, where "
-              "T_p(K) is the profile's target forward for the verify size the schedule uses (K tokens for ordinary "
-              "and pipelined, K+1 for deferred and pipelined-deferred, 1 for baseline) at the trace's mean "
-              "context; T_q is one draft step (body at the mean context + the dense head, or FlashHead at the run's "
-              "probes); T_o is the per-round overhead: the standalone one-token target append (ordinary and "
-              "pipelined only) + one host read (`item_ms`) + the decoder's per-round bookkeeping + two token copies "
-              "on two GPUs; E[R] is the trace's mean tokens emitted per round. It ignores skipped verifies, "
-              "overlap between devices and the look-ahead.",
-              "- **phases**: measured = the trace's per-round `phases_ms` summed (device phases are CUDA-event "
-              "intervals, `sync` the host's read, `other` the rest of each round's wall time; overlapped phases on "
-              "two GPUs can sum past the wall time); predicted = the simulator's busy time per phase. `initial` "
-              "(the draft's prefill) is predicted only; the decoder finishes it within TTFT.",
-              "- **verify m/p, append m/p**: target verify and standalone append calls, measured / predicted "
-              "(equal when the trace replays exactly).", "",
-              "## Results", "", *_md_table(HEADERS, [_cells(r) for r in results]), ""]
+    lines += [
+        "## Summary",
+        "",
+        f"{len(results)} configurations. Absolute error of predicted decode tok/s against measured:",
+        "",
+        *_md_table(
+            ["estimator", "median absolute error", "max absolute error"],
+            [[name.replace("_", " "), f"{100 * m:.1f}%", f"{100 * x:.1f}%"] for name, (m, x) in med.items()],
+        ),
+        "",
+        "## Definitions",
+        "",
+        "- **measured tok/s**: decode tokens (all generated tokens but the first, which belongs to TTFT) over "
+        "decode wall time, summed over the prompts (the run summary's `decode_tok_s`).",
+        "- **predicted tok/s**: `python -m sim` on the same profile, replaying this run's own trace (exact at "
+        "the recorded K) with the same schedule, head, probes, placement and regime; with the in-process "
+        "calibration where the runs carry one: each decoder instance first decoded a calibration prompt "
+        "(not a validation prompt) under baseline and deferred, and the profile's target forward, draft "
+        "body and draft head costs are scaled by that instance's measured / predicted phase times.",
+        "- **profile-only error**: the same prediction from the profile's costs as measured, uncalibrated.",
+        "- **error** = (predicted - measured) / measured, for every estimator.",
+        "- **closed form**: the study's TPOT = (T_p(K) + K·T_q + T_o) / E[R], tok/s = 1000 / TPOT, where "
+        "T_p(K) is the profile's target forward for the verify size the schedule uses (K tokens for ordinary "
+        "and pipelined, K+1 for deferred and pipelined-deferred, 1 for baseline) at the trace's mean "
+        "context; T_q is one draft step (body at the mean context + the dense head, or FlashHead at the run's "
+        "probes); T_o is the per-round overhead: the standalone one-token target append (ordinary and "
+        "pipelined only) + one host read (`item_ms`) + the decoder's per-round bookkeeping + two token copies "
+        "on two GPUs; E[R] is the trace's mean tokens emitted per round. It ignores skipped verifies, "
+        "overlap between devices and the look-ahead.",
+        "- **phases**: measured = the trace's per-round `phases_ms` summed (device phases are CUDA-event "
+        "intervals, `sync` the host's read, `other` the rest of each round's wall time; overlapped phases on "
+        "two GPUs can sum past the wall time); predicted = the simulator's busy time per phase. `initial` "
+        "(the draft's prefill) is predicted only; the decoder finishes it within TTFT.",
+        "- **verify m/p, append m/p**: target verify and standalone append calls, measured / predicted "
+        "(equal when the trace replays exactly).",
+        "",
+        "## Results",
+        "",
+        *_md_table(HEADERS, [_cells(r) for r in results]),
+        "",
+    ]
     missed = [r for r in results if abs(r.error) > THRESHOLD]
     lines += [f"## Configurations off by more than {100 * THRESHOLD:.0f}%", ""]
     lines += [diagnosis(r) for r in missed] if missed else ["None."]
     lines += ["", "## Phases per configuration", ""]
     for r in results:
-        lines += [f"### {r.config.name}", "",
-                  f"Measured {r.measured_tok_s:.2f} tok/s, predicted {r.predicted_tok_s:.2f} ({_pct(r.error)}), "
-                  f"closed form {r.closed.tok_s:.2f} ({_pct(r.closed_error)}: T_p({r.closed.verify_tokens})="
-                  f"{r.closed.T_p:.3f} ms, T_q={r.closed.T_q:.3f} ms, T_o={r.closed.T_o:.3f} ms, "
-                  f"E[R]={r.closed.E_R:.3f}, mean context {r.closed.context:.0f}). Trace: `{r.trace}`.", "",
-                  *_md_table(["phase", "measured ms", "measured share", "predicted ms", "predicted share"],
-                             [[x["phase"], f"{x['measured_ms']:.1f}", f"{100 * x['measured_share']:.1f}%",
-                               f"{x['predicted_ms']:.1f}", f"{100 * x['predicted_share']:.1f}%"] for x in r.phases]),
-                  ""]
+        lines += [
+            f"### {r.config.name}",
+            "",
+            f"Measured {r.measured_tok_s:.2f} tok/s, predicted {r.predicted_tok_s:.2f} ({_pct(r.error)}), "
+            f"closed form {r.closed.tok_s:.2f} ({_pct(r.closed_error)}: T_p({r.closed.verify_tokens})="
+            f"{r.closed.T_p:.3f} ms, T_q={r.closed.T_q:.3f} ms, T_o={r.closed.T_o:.3f} ms, "
+            f"E[R]={r.closed.E_R:.3f}, mean context {r.closed.context:.0f}). Trace: `{r.trace}`.",
+            "",
+            *_md_table(
+                ["phase", "measured ms", "measured share", "predicted ms", "predicted share"],
+                [
+                    [
+                        x["phase"],
+                        f"{x['measured_ms']:.1f}",
+                        f"{100 * x['measured_share']:.1f}%",
+                        f"{x['predicted_ms']:.1f}",
+                        f"{100 * x['predicted_share']:.1f}%",
+                    ]
+                    for x in r.phases
+                ],
+            ),
+            "",
+        ]
     lines += ["## Simulator notes", ""] + [f"- {n}" for n in meta["notes"]]
-    lines += ["", "Files: `results.csv` (one row per configuration), `scatter.png` (predicted vs measured), "
-              "`phases.png` (phase shares), `traces/` (trace JSONL and run summary per configuration)"
-              + (", `profile.json` / `profile.md` (measured for this report)" if meta["measured_here"] else "") + "."]
+    lines += [
+        "",
+        "Files: `results.csv` (one row per configuration), `scatter.png` (predicted vs measured), "
+        "`phases.png` (phase shares), `traces/` (trace JSONL and run summary per configuration)"
+        + (", `profile.json` / `profile.md` (measured for this report)" if meta["measured_here"] else "")
+        + _timeline_files(meta.get("timeline") or {})
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
+
+
+TIMELINE_FILES = {
+    "timeline-measured.json": (
+        "the real run's first recorded generation of {c}: CUDA events on GPU, perf_counter on the CPU"
+    ),
+    "timeline-predicted.json": "the simulator's timeline of the same generation, as it predicts it",
+    "timeline.png": "both as Gantt charts, measured above predicted, per stream",
+}
+
+
+def _timeline_files(timeline: dict) -> str:
+    """The Files line's part for the timelines (Chrome/Perfetto traces: open them in ui.perfetto.dev)."""
+    files = timeline.get("files") or []
+    if not files:
+        return ""
+    parts = [
+        f"`{name}` ({TIMELINE_FILES[name].format(c=timeline.get('configuration') or 'one configuration')})"
+        for name in files
+    ]
+    return ", " + ", ".join(parts) + " (the .json files are Chrome/Perfetto traces: https://ui.perfetto.dev)"
 
 
 def csv_text(results: list[Result]) -> str:
     rows = []
     for r in results:
         s, c = r.summary, r.closed
-        row = {"configuration": r.config.name, "schedule": r.config.schedule, "head": r.config.head, "K": r.config.K,
-               "probes": r.probes, "prompts": len(s["per_prompt"]), "decode_tokens": s["decode_tokens"],
-               "measured_tok_s": r.measured_tok_s, "predicted_tok_s": r.predicted_tok_s, "error": r.error,
-               "closed_form_tok_s": c.tok_s, "closed_form_error": r.closed_error, "T_p_ms": c.T_p, "T_q_ms": c.T_q,
-               "T_o_ms": c.T_o, "E_R": c.E_R, "mean_context": c.context, "acceptance": s["acceptance"],
-               "mean_emitted": s["mean_emitted"], "measured_decode_ms": s["decode_ms"],
-               "predicted_decode_ms": r.predicted["decode_ms"], "ttft_ms": s["ttft_ms"],
-               "measured_verify_calls": s["verify_calls"], "predicted_verify_calls": r.predicted["verify_calls"],
-               "measured_append_calls": s["append_calls"], "predicted_append_calls": r.predicted["append_calls"]}
+        row = {
+            "configuration": r.config.name,
+            "schedule": r.config.schedule,
+            "head": r.config.head,
+            "K": r.config.K,
+            "probes": r.probes,
+            "prompts": len(s["per_prompt"]),
+            "decode_tokens": s["decode_tokens"],
+            "measured_tok_s": r.measured_tok_s,
+            "predicted_tok_s": r.predicted_tok_s,
+            "error": r.error,
+            "closed_form_tok_s": c.tok_s,
+            "closed_form_error": r.closed_error,
+            "T_p_ms": c.T_p,
+            "T_q_ms": c.T_q,
+            "T_o_ms": c.T_o,
+            "E_R": c.E_R,
+            "mean_context": c.context,
+            "acceptance": s["acceptance"],
+            "mean_emitted": s["mean_emitted"],
+            "measured_decode_ms": s["decode_ms"],
+            "predicted_decode_ms": r.predicted["decode_ms"],
+            "ttft_ms": s["ttft_ms"],
+            "measured_verify_calls": s["verify_calls"],
+            "predicted_verify_calls": r.predicted["verify_calls"],
+            "measured_append_calls": s["append_calls"],
+            "predicted_append_calls": r.predicted["append_calls"],
+        }
         for x in r.phases:
             for key in ("measured_ms", "predicted_ms", "measured_share", "predicted_share"):
                 row[f"{x['phase']}_{key}"] = x[key]
@@ -211,8 +322,10 @@ def csv_text(results: list[Result]) -> str:
 
 def _pyplot():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -227,8 +340,14 @@ def scatter_png(results: list[Result], path: Path, title: str) -> None:
     values = measured + [r.predicted_tok_s for r in results] + [r.closed.tok_s for r in results]
     lo, hi = 0.9 * min(values), 1.1 * max(values)
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="identity")
-    ax.plot([lo, hi], [lo * (1 + THRESHOLD), hi * (1 + THRESHOLD)], color="grey", linewidth=0.6, linestyle="--",
-            label=f"±{100 * THRESHOLD:.0f}%")
+    ax.plot(
+        [lo, hi],
+        [lo * (1 + THRESHOLD), hi * (1 + THRESHOLD)],
+        color="grey",
+        linewidth=0.6,
+        linestyle="--",
+        label=f"±{100 * THRESHOLD:.0f}%",
+    )
     ax.plot([lo, hi], [lo * (1 - THRESHOLD), hi * (1 - THRESHOLD)], color="grey", linewidth=0.6, linestyle="--")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
@@ -261,6 +380,67 @@ def phases_png(results: list[Result], path: Path, title: str) -> None:
     ax.set_ylabel("% of decode wall time (left: measured, right hatched: predicted)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def timeline_png(measured: tuple[list, dict], predicted: tuple[list, dict], path: Path) -> None:
+    """Gantt charts of one generation: per stream (target device, draft device, host) the measured
+    timeline above the predicted one, on one time axis, colored by event name (contracts.timeline;
+    each argument is what read_timeline returns). Host issue times are drawn lighter than reads and gaps."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    colors = dict(zip(TIMELINE_NAMES, plt.get_cmap("tab10").colors))
+    rows = [
+        (stream, label, intervals)
+        for stream in TIMELINE_STREAMS
+        for label, (intervals, _) in (("measured", measured), ("predicted", predicted))
+    ]
+    fig, ax = plt.subplots(figsize=(14, 1.0 + 0.55 * len(rows)))
+    seen = set()
+    for y, (stream, _, intervals) in enumerate(reversed(rows)):
+        by_name: dict[str, list] = {}
+        for s, name, start, end, _ in intervals:
+            if s == stream:
+                by_name.setdefault(name, []).append((start, end - start))
+        for name, bars in by_name.items():
+            issue = category(stream, name) == "issue"
+            ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=colors[name], alpha=0.45 if issue else 1.0, linewidth=0)
+            seen.add(name)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{stream} {label}" for stream, label, _ in reversed(rows)], fontsize=8)
+    for y in range(1, len(rows), 2):
+        ax.axhline(y + 0.5, color="grey", linewidth=0.5)
+    for y, (stream, _, intervals) in enumerate(reversed(rows)):
+        if not any(s == stream for s, *_ in intervals):
+            ax.text(
+                0.5,
+                y,
+                "no work"
+                + (" (one device: both models' work is on target-device)" if stream == "draft-device" else ""),
+                transform=ax.get_yaxis_transform(),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="grey",
+            )
+    ax.axvline(0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("ms from the decode start (the first token on the host; prefills before it)")
+    meta, other = measured[1], predicted[1]
+    config = meta.get("configuration", {})
+    prompt = (meta.get("generation") or {}).get("prompt_id", "?")
+    weights = {meta.get("weights"), other.get("weights")}
+    label = "SYNTHETIC weights" if "synthetic" in weights else f"{'/'.join(sorted(w for w in weights if w))} weights"
+    ax.set_title(
+        f"{config.get('name', '?')}, prompt {prompt}: measured (upper row) vs predicted (lower row), "
+        f"{meta.get('target', '?')} + {meta.get('draft', '?')}, {config.get('placement', '?')} ({label}); "
+        f"decode {meta.get('decode_ms', 0):.1f} ms measured, {other.get('decode_ms', 0):.1f} ms predicted",
+        fontsize=9,
+    )
+    handles = [Patch(color=colors[name], label=name) for name in TIMELINE_NAMES if name in seen]
+    handles.append(Patch(color="grey", alpha=0.45, label="host: issuing that work"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
 

@@ -1,5 +1,6 @@
 """Real runs: load the target/draft pair (model.pair), decode prompts (warm-up first, not recorded),
 and turn the generations into the contract's trace lines and run summary (model.trace)."""
+
 from __future__ import annotations
 
 import gc
@@ -27,8 +28,17 @@ class Workload:
     ids: list[list[int]]
 
 
-def load_pair(target: str, draft: str, placement: str, dtype, seed: int, prompts: list[Prompt],
-              reference_len: int, max_K: int, clustering: str | None) -> tuple[Pair, Workload]:
+def load_pair(
+    target: str,
+    draft: str,
+    placement: str,
+    dtype,
+    seed: int,
+    prompts: list[Prompt],
+    reference_len: int,
+    max_K: int,
+    clustering: str | None,
+) -> tuple[Pair, Workload]:
     """Both models (seeds as python -m model and python -m measure use them), with static caches sized
     for the longest prompt, a reference continuation and a look-ahead; and the prompts' token ids."""
     pair = model_pair.load_pair(target, draft, placement, dtype, seed, clustering=clustering)
@@ -43,8 +53,9 @@ DEFAULT_CONTROL = "a=0.43"  # the study's measured acceptance (Table 4.5)
 def control_for(pair: Pair, given: str | None) -> AcceptanceControl | None:
     """Acceptance control: `given` is --acceptance as parsed (None: not given, so a=0.43 for synthetic
     weights and none for real ones; "none": the draft's own proposals)."""
-    return pair.acceptance_control((DEFAULT_CONTROL if pair.weights == "synthetic" else None)
-                                   if given is None else given)
+    return pair.acceptance_control(
+        (DEFAULT_CONTROL if pair.weights == "synthetic" else None) if given is None else given
+    )
 
 
 def references(dec: Decoder, work: Workload, length: int) -> dict[str, list[int]]:
@@ -56,9 +67,21 @@ def progress(total: int, desc: str) -> tqdm:
     return tqdm(total=total, desc=desc, unit="gen", file=sys.stderr, disable=None, leave=False)
 
 
-def decode(dec: Decoder, work: Workload, schedule: str, max_new: int, control, refs: dict | None, warmup: int = 0,
-           order: list[int] | None = None, bar: tqdm | None = None, label: str = "") -> list[tuple[str, Generation]]:
-    """`warmup` untimed generations of the first prompt, then one per prompt (indices `order`, default all)."""
+def decode(
+    dec: Decoder,
+    work: Workload,
+    schedule: str,
+    max_new: int,
+    control,
+    refs: dict | None,
+    warmup: int = 0,
+    order: list[int] | None = None,
+    bar: tqdm | None = None,
+    label: str = "",
+    timeline: bool = False,
+) -> list[tuple[str, Generation]]:
+    """`warmup` untimed generations of the first prompt, then one per prompt (indices `order`, default all).
+    `timeline`: the first recorded generation also records its timeline (`Generation.timeline`)."""
     order = list(range(len(work.prompts))) if order is None else order
     runs = []
     for index, i in enumerate([order[0]] * warmup + order):
@@ -67,7 +90,9 @@ def decode(dec: Decoder, work: Workload, schedule: str, max_new: int, control, r
             control.bind(refs[prompt.id], len(x), prompt.id)
         if bar is not None:
             bar.set_postfix_str(f"{label} {prompt.id}")
+        dec.clock.timeline = timeline and index == warmup
         generation = dec.generate(x, max_new, schedule)
+        dec.clock.timeline = False
         if index >= warmup:
             runs.append((prompt.id, generation))
         if bar is not None:
@@ -75,13 +100,23 @@ def decode(dec: Decoder, work: Workload, schedule: str, max_new: int, control, r
     return runs
 
 
-def run_config_dict(pair: Pair, prompts: list[Prompt], config: Config, probes: int | None, graphs: bool,
-                    max_new: int, control) -> dict:
+def run_config_dict(
+    pair: Pair, prompts: list[Prompt], config: Config, probes: int | None, graphs: bool, max_new: int, control
+) -> dict:
     """The summary's config object (docs/contracts.md)."""
-    out = {"target": pair.target.info["name"], "draft": pair.draft.info["name"] if config.K else None,
-           "weights": pair.weights, "head": config.head, "probes": probes, "schedule": config.schedule,
-           "K": config.K, "placement": pair.placement, "graphs": graphs, "max_new_tokens": max_new,
-           "prompts": [p.id for p in prompts]}
+    out = {
+        "target": pair.target.info["name"],
+        "draft": pair.draft.info["name"] if config.K else None,
+        "weights": pair.weights,
+        "head": config.head,
+        "probes": probes,
+        "schedule": config.schedule,
+        "K": config.K,
+        "placement": pair.placement,
+        "graphs": graphs,
+        "max_new_tokens": max_new,
+        "prompts": [p.id for p in prompts],
+    }
     if control is not None and config.K:
         out["acceptance_control"] = control.describe()
     return out
@@ -89,8 +124,11 @@ def run_config_dict(pair: Pair, prompts: list[Prompt], config: Config, probes: i
 
 def records(runs, config: Config, probes: int | None, summary_config: dict) -> tuple[list[dict], dict]:
     """Trace lines (with the contract's `probes` field) and the run summary of one configuration."""
-    lines = [dict(line, probes=probes) for pid, g in runs
-             for line in trace_lines(g, prompt_id=pid, schedule=config.schedule, head=config.head, K=config.K)]
+    lines = [
+        dict(line, probes=probes)
+        for pid, g in runs
+        for line in trace_lines(g, prompt_id=pid, schedule=config.schedule, head=config.head, K=config.K)
+    ]
     return lines, summarize(summary_config, runs)
 
 
