@@ -96,11 +96,11 @@ def check_output_folder(out: Path, option: str) -> None:
         raise UsageError(f"{option} {out}: {parent} is not writable")
 
 
-def check_output_file(path: Path, option: str) -> None:
+def check_output_file(path: Path, option: str, what: str = "file") -> None:
     """An output file can be written: not an existing folder, and its folder can be made or written."""
     from contracts.cli import UsageError
 
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{option} {path} is a folder; give a file name")
+        raise UsageError(f"{option} {path} is a folder; give the name of the {what} to write")
     check_output_folder(path.parent, option)

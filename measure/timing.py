@@ -17,7 +17,6 @@ import gc
 import importlib.metadata
 import importlib.util
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 import torch
 
 from contracts import UsageError
-from contracts.files import write_atomic
+from contracts.files import check_output_file, write_atomic
 from model.loading import parse_device
 
 
@@ -155,15 +154,8 @@ def at_least_one(text: str) -> int:
 def check_out(out: str | Path) -> Path:
     """--out names a file that can be written: not an existing folder, under a folder that exists or
     can be made (its nearest existing ancestor is a writable folder). Creates nothing."""
-    out = Path(out)
-    if out.is_dir():
-        raise UsageError(f"--out {out} is a folder; give the name of the JSON file to write")
-    ancestor = next((folder for folder in out.parents if folder.exists()), Path("."))
-    if not ancestor.is_dir():
-        raise UsageError(f"--out {out}: {ancestor} is not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {ancestor} is not writable")
-    return out
+    check_output_file(Path(out), "--out", "JSON file")
+    return Path(out)
 
 
 def require_cuda(command: str, device: str = "cuda:0", modules: Sequence[str] = ()) -> torch.device:

@@ -250,12 +250,13 @@ def _recorded(summary_path: Path) -> tuple:
 def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict[str, Calibration]:
     """Each decoder instance's cost scales from its calibration generations (none recorded: none)."""
     calibrations = {}
+    gap_in_profile = bool(records) and profile_has_read_gap(profile_path, graphs)
     for group, group_records in records.items():
         drafted = [r for r in group_records if r[0].schedule != "baseline"]
         head = drafted[0][0].head if drafted else "dense"
         scales = scales_from(group_records, head, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
-        gap = read_gap_from(group_records) if profile_has_read_gap(profile_path, graphs) else None
+        gap = read_gap_from(group_records) if gap_in_profile else None
         calibrations[group] = Calibration(group, prompt, group_records, scales, gap)
     return calibrations
 
