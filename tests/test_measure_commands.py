@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, head_speed, speed
+from measure import awq_sweep, head_speed, speed, speed_file
 from measure.timing import check_out, environment_header, floor_ms, require_cuda
 from model import flashhead_triton
 from model.flashhead import build_clustering
@@ -25,6 +25,7 @@ COMMANDS = [
     (speed, "python -m measure.speed", ["bandwidth floor", "draft body step", "target step", "Hugging Face"]),
     (head_speed, "python -m measure.head_speed", ["FlashHead", "launch", "dense head", "profile"]),
     (awq_sweep, "python -m measure.awq_sweep", ["w4a16", "int4pack", "--budget-s", "floor"]),
+    (speed_file, "python -m measure.speed_file", ["draft_step_ms", "floor", "prefill_tflops", "Hugging Face"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 
@@ -265,3 +266,53 @@ def test_a_burst_issues_its_calls_back_to_back_and_reports_per_call_times(monkey
     assert (result["n"], result["median_ms"], result["host_ms"]) == (2, 1000.0, 1000.0)
     with pytest.raises(UsageError, match="burst"):
         timing.time_op(fn, [(0,)], torch.device("cpu"), burst=0)
+
+
+def _timing(median: float) -> dict:
+    return {"median_ms": median, "p10_ms": median * 0.9, "p90_ms": median * 1.1, "n": 5, "host_ms": 0.01}
+
+
+def test_speed_file_has_every_field_the_goals_name_and_a_table_with_the_spread():
+    measured = {
+        "draft_step": _timing(0.8),
+        "draft_step_flashhead": _timing(0.7),
+        "draft_step_long": _timing(1.6),
+        "draft_step_flashhead_long": _timing(1.5),
+        "draft_floor_ms": 0.4,
+        "draft_floor_flashhead_ms": 0.3,
+        "draft_floor_long_ms": 0.5,
+        "draft_floor_flashhead_long_ms": 0.4,
+        "target_awq_step": _timing(9.6),
+        "target_awq_floor_ms": 4.2,
+        "prefill_awq": _timing(300.0),
+        "prefill_awq_tflops": 250.0,
+        "target_bf16_step": _timing(17.0),
+        "target_bf16_floor_ms": 15.0,
+        "prefill_bf16": _timing(200.0),
+        "prefill_bf16_tflops": 400.0,
+        "peak_gemm": _timing(1.5),
+        "peak_tflops": 800.0,
+        "hf_eager_draft": _timing(24.0),
+        "hf_eager_target": _timing(60.0),
+    }
+    record = speed_file.speed_record(measured, "NVIDIA H200", "abc1234", 4300.0)
+    assert set(speed_file.FIELDS) <= set(record)
+    assert (record["draft_step_ms"], record["draft_floor_long_ms"], record["gpu"]) == (0.8, 0.5, "NVIDIA H200")
+    assert record["share_of_bandwidth"]["target_awq_step"] == pytest.approx(4.2 / 9.6)
+    assert record["prefill_share_of_peak"] == {"bf16": 0.5, "awq": 0.3125}
+    assert record["weights"] == "synthetic"
+    table = speed_file.markdown(record, "python -m measure.speed_file --out h200.json")
+    assert "SYNTHETIC" in table and "abc1234" in table
+    assert "| target 32B AWQ step, 1 token | 9.600 | 8.640 | 10.560 | 4.200 | 44% |" in table
+    assert "| Hugging Face eager 32B bf16, 1 token, context 300 | 60.000 |" in table
+
+
+def test_speed_file_floors_count_the_key_value_cache_and_prefill_counts_every_projection():
+    model = load_model("tiny-qwen3", "cpu", seed=0, max_seq_len=64).model
+    config = model.config
+    assert speed_file.kv_cache_bytes(config, 300, 2) == 2 * config.n_layers * config.n_kv_heads * config.head_dim * 600
+    projections = sum(m.weight.numel() for m in model.layers.modules() if isinstance(m, torch.nn.Linear))
+    tokens = 10
+    attention = 2 * config.n_layers * config.n_heads * config.head_dim * tokens * tokens
+    head = 2 * config.vocab_size * config.hidden_size
+    assert speed_file.prefill_flops(config, tokens) == 2 * projections * tokens + attention + head
