@@ -263,3 +263,9 @@ def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_p
 
 def json_lines(path):
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_measured_contexts_span_the_runs_evenly_ends_included():
+    assert pipeline.context_points(104, 280) == [104, 163, 221, 280]
+    assert pipeline.context_points(10, 12) == [10, 11, 12]  # rounding merges points closer than 1
+    assert pipeline.context_points(50, 50) == [50]

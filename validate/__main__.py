@@ -65,7 +65,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--measure",
         action="store_true",
-        help="measure the profile now (same models, placement, regime; contexts covering the prompts) "
+        help="measure the profile now (same models, placement, regime; 4 contexts spread over the runs) "
         "into the output folder, after the real runs so they never share the GPU",
     )
     p.add_argument(

@@ -45,6 +45,17 @@ from .predict import phase_rows, predict, predict_timeline
 from .runs import Workload, control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
 
 
+MEASURED_CONTEXTS = 4  # context points measured across the runs' range: a noisy point moves a line through two
+
+
+def context_points(lowest: int, highest: int, count: int = MEASURED_CONTEXTS) -> list[int]:
+    """`count` contexts spread evenly from the runs' shortest to their longest (both included), so
+    the profile's costs are interpolated, never extrapolated, and no single point sets the slope."""
+    if highest <= lowest:
+        return [lowest]
+    return sorted({round(lowest + (highest - lowest) * i / (count - 1)) for i in range(count)})
+
+
 def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths) -> MeasureSettings:
     """python -m measure's settings for the same models, placement and regime; --measure-args win."""
     base = MeasureSettings(
@@ -112,7 +123,7 @@ def run(args) -> Path:
         free_memory()
         profile_path = args.profile
         if args.measure:
-            contexts = sorted({min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * K_max})
+            contexts = context_points(min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * K_max)
             profile_path = folder / "profile.json"
             settings = measure_settings(args, placement, graphs, K_max, contexts, sorted({min(lengths), max(lengths)}))
             measure_profile(settings, profile_path, command_line(settings, out / "profile.json"))
