@@ -44,7 +44,6 @@ from .plan import (
 from .predict import phase_rows, predict, predict_timeline
 from .runs import Workload, control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
 
-
 MEASURED_CONTEXTS = 4  # context points measured across the runs' range: a noisy point moves a line through two
 
 
