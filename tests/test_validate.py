@@ -269,3 +269,20 @@ def test_measured_contexts_span_the_runs_evenly_ends_included():
     assert pipeline.context_points(104, 280) == [104, 163, 221, 280]
     assert pipeline.context_points(10, 12) == [10, 11, 12]  # rounding merges points closer than 1
     assert pipeline.context_points(50, 50) == [50]
+
+
+def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_median_length():
+    """Its contexts sit in the middle of the runs' range: cut to the median validation prompt length."""
+    from types import SimpleNamespace
+
+    from model.prompts import select_prompts
+
+    questions = select_prompts("first:4")
+    tokenizer = SimpleNamespace(encode=lambda text: list(range(len(text.split()))))
+    pair = SimpleNamespace(target=SimpleNamespace(tokenizer=tokenizer))
+    validation = questions[:3]
+    ids = [tokenizer.encode(q.text)[:n] for q, n in zip(validation, (5, 9, 40))]
+    work = SimpleNamespace(prompts=validation, ids=ids)
+    prompt, calibration_ids = pipeline.calibration_workload(SimpleNamespace(prompts_file=None), pair, work)
+    assert prompt.id not in {q.id for q in validation}
+    assert len(calibration_ids) == 9

@@ -429,11 +429,18 @@ def _decode_all(
 
 
 def calibration_workload(args, pair, work):
-    """The calibration prompt: the first Spec-Bench question that is not a validation prompt, cut to the
-    longest validation prompt (the caches are sized for those)."""
+    """The calibration prompt: the first Spec-Bench question that is not a validation prompt and has at
+    least as many tokens as the median validation prompt, cut to that length. Its contexts then lie in
+    the middle of the runs' contexts, so a cost whose profile slope is off is scaled where the runs
+    spend most of their time, not at one end of their range."""
     chosen = {p.id for p in work.prompts}
-    prompt = next(p for p in select_prompts("first:100000", args.prompts_file) if p.id not in chosen)
-    return prompt, pair.target.tokenizer.encode(prompt.text)[: max(len(x) for x in work.ids)]
+    lengths = sorted(len(x) for x in work.ids)
+    median = lengths[(len(lengths) - 1) // 2]
+    questions = [p for p in select_prompts("first:100000", args.prompts_file) if p.id not in chosen]
+    encoded = [(p, pair.target.tokenizer.encode(p.text)) for p in questions]
+    longest = max(encoded, key=lambda pair_: len(pair_[1]))  # if none is as long as the median
+    prompt, ids = next(((p, ids) for p, ids in encoded if len(ids) >= median), longest)
+    return prompt, ids[:median]
 
 
 def _meta(args, pair, graphs: bool, control, prompts) -> dict:
