@@ -106,6 +106,8 @@ def check_profile(raw, source: str) -> None:
     if not isinstance(default, str) or default not in regimes:
         raise UsageError(f"{source}: setup.default_regime {default!r} is not among its regimes")
     _check_flashhead(raw.get("flashhead"), source)
+    if raw.get("sampling") is not None:
+        check_sampling(raw["sampling"], source)
 
 
 def _check_flashhead(flashhead, source: str) -> None:
@@ -120,21 +122,60 @@ def _check_flashhead(flashhead, source: str) -> None:
     if (flashhead.get("default_probes") or 1) > flashhead["clusters"]:
         raise UsageError(f"{source}: flashhead.default_probes exceeds the {flashhead['clusters']} clusters")
     agreement = flashhead.get("agreement")
-    if agreement is None:
-        return
-    probes, r = (agreement.get("probes"), agreement.get("r")) if isinstance(agreement, dict) else (None, None)
-    if not isinstance(probes, list) or not isinstance(r, list):
-        raise UsageError(f"{source}: flashhead.agreement needs lists 'probes' and 'r'")
+    if agreement is not None:
+        check_probe_curve(agreement, "r", f"{source}: flashhead.agreement")
+
+
+def check_probe_curve(curve, values: str, where: str) -> None:
+    """A curve over FlashHead probe counts: increasing positive integers `probes` and, as many, numbers
+    in [0, 1] under `values` (agreement r, or expected acceptance beta)."""
+    probes, ys = (curve.get("probes"), curve.get(values)) if isinstance(curve, dict) else (None, None)
+    if not isinstance(probes, list) or not isinstance(ys, list):
+        raise UsageError(f"{where} needs lists 'probes' and '{values}'")
     if (
-        len(probes) != len(r)
+        len(probes) != len(ys)
         or not probes
         or any(isinstance(p, bool) or not isinstance(p, int) for p in probes)
         or probes != sorted(set(probes))
         or probes[0] < 1
     ):
-        raise UsageError(f"{source}: flashhead.agreement probes must be increasing positive integers matching r")
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1 for x in r):
-        raise UsageError(f"{source}: flashhead.agreement r values must be numbers in [0, 1]")
+        raise UsageError(f"{where} probes must be increasing positive integers matching {values}")
+    if any(not _fraction(y) for y in ys):
+        raise UsageError(f"{where} {values} values must be numbers in [0, 1]")
+
+
+def _fraction(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1
+
+
+def check_sampling(sampling, source: str) -> None:
+    """The optional `sampling` section: expected acceptance beta = sum_x min(p(x), q(x)) per
+    temperature (a key: the temperature as a decimal string, > 0), for the dense draft head
+    (`dense.beta`) and FlashHead per probe count (`flashhead.probes` / `.beta`), with the number of
+    states `n` each is a mean over, and the weights (`real` or `synthetic`) it was measured on."""
+    where = f"{source}: sampling"
+    if not isinstance(sampling, dict) or not isinstance(sampling.get("beta"), dict) or not sampling["beta"]:
+        raise UsageError(f"{where} needs a non-empty object 'beta' of temperatures")
+    if sampling.get("weights") not in WEIGHTS:
+        raise UsageError(f"{where}.weights must be one of {', '.join(WEIGHTS)}")
+    for key, curves in sampling["beta"].items():
+        try:
+            temperature = float(key)
+        except ValueError:
+            temperature = float("nan")
+        if not 0 < temperature < float("inf"):
+            raise UsageError(f"{where}.beta: temperature {key!r} is not a number > 0")
+        if not isinstance(curves, dict) or not curves or set(curves) - {"dense", "flashhead"}:
+            raise UsageError(f"{where}.beta.{key}: expected curves 'dense' and/or 'flashhead'")
+        dense = curves.get("dense")
+        if dense is not None and not (isinstance(dense, dict) and _fraction(dense.get("beta"))):
+            raise UsageError(f"{where}.beta.{key}.dense needs 'beta', a number in [0, 1]")
+        if "flashhead" in curves:
+            check_probe_curve(curves["flashhead"], "beta", f"{where}.beta.{key}.flashhead")
+        for curve in curves.values():
+            n = curve.get("n")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise UsageError(f"{where}.beta.{key}: each curve needs 'n', the positive number of states")
 
 
 def read_profile(path: str | Path) -> dict:

@@ -146,6 +146,20 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
     return out
 
 
+def cached_states(
+    folder: Path, loaded, prompts, per_category: int, prompt_max: int, new_tokens: int, exit_layers: list[int]
+) -> list[dict]:
+    """`collect_states`, cached in the model folder (a second analysis of the same states is instant)."""
+    exits = "-".join(map(str, exit_layers))
+    cache = folder / f"recall_states_{per_category}x{prompt_max}+{new_tokens}_exit{exits}.pt"
+    if cache.is_file():
+        return torch.load(cache)
+    per_prompt = collect_states(loaded, prompts, prompt_max, new_tokens, exit_layers)
+    torch.save(per_prompt, cache.with_suffix(".tmp"))
+    os.replace(cache.with_suffix(".tmp"), cache)
+    return per_prompt
+
+
 # --- ranks, margins, agreement ------------------------------------------------------------------
 
 
@@ -524,14 +538,9 @@ def run(args) -> list[Path]:
         raise UsageError(f"early-exit depths must lie in 1..{loaded.model.config.n_layers - 1}")
     clustering, build = clustering_for(folder, weight, vocab // clusters, args.iters, args.seed)
     prompts = study_prompts(args.per_category, args.prompts_file)
-    exits = "-".join(map(str, exit_layers))
-    cache = folder / f"recall_states_{args.per_category}x{args.prompt_max_len}+{args.new_tokens}_exit{exits}.pt"
-    if cache.is_file():
-        per_prompt = torch.load(cache)
-    else:
-        per_prompt = collect_states(loaded, prompts, args.prompt_max_len, args.new_tokens, exit_layers)
-        torch.save(per_prompt, cache.with_suffix(".tmp"))
-        os.replace(cache.with_suffix(".tmp"), cache)
+    per_prompt = cached_states(
+        folder, loaded, prompts, args.per_category, args.prompt_max_len, args.new_tokens, exit_layers
+    )
     categories = {x["id"]: x["category"] for x in per_prompt}
     states = torch.cat([x["states"] for x in per_prompt])
     ranked = rank_states(weight, clustering, states)

@@ -1,4 +1,5 @@
-"""A cost profile (contracts.profile) ready to simulate: costs per regime, dotted-path edits, r(p)."""
+"""A cost profile (contracts.profile) ready to simulate: costs per regime, dotted-path edits, r(p), and the
+expected acceptance beta of speculative sampling per temperature."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ class Profile:
         # random weights say nothing about how often FlashHead agrees with the dense head
         self.agreement_ignored = bool(agreement and agreement.get("synthetic"))
         self.agreement = None if self.agreement_ignored or not agreement else (agreement["probes"], agreement["r"])
+        sampling = raw.get("sampling") or {}
+        self.sampling_weights = sampling.get("weights")
+        self.beta = {float(t): curves for t, curves in sampling.get("beta", {}).items()}
 
     @property
     def placement(self) -> str:
@@ -51,11 +55,32 @@ class Profile:
         if self.agreement is None:
             return None
         ps, rs = self.agreement
-        if probes >= self.clusters:
-            return 1.0
-        xs = [math.log2(p) for p in ps] + ([math.log2(self.clusters)] if ps[-1] < self.clusters else [])
-        ys = list(rs) + ([1.0] if ps[-1] < self.clusters else [])
-        x = math.log2(probes)
+        return self._over_probes(ps, rs, probes, 1.0)
+
+    def beta_at(self, temperature: float, head: str, probes: int) -> float | None:
+        """The expected acceptance beta at `temperature` for `head` (FlashHead: linear in log2(p)
+        between measured probe counts, the dense head's beta when every cluster is probed); None where
+        the profile has no curve for them."""
+        curves = self.beta.get(temperature, {})
+        dense = curves.get("dense", {}).get("beta")
+        if head == "dense":
+            return dense
+        flashhead = curves.get("flashhead")
+        if flashhead is None:
+            return None
+        if dense is None and probes > flashhead["probes"][-1]:
+            return None  # past the last measured count, with no dense value to end the curve at
+        return self._over_probes(flashhead["probes"], flashhead["beta"], probes, dense)
+
+    def _over_probes(self, probes: list[int], values: list[float], at: int, full: float | None) -> float:
+        """A curve over probe counts, linear in log2(p), flat below its first point, and ending at
+        `full` when every cluster is probed (flat past its last point where `full` is None)."""
+        if full is not None and at >= self.clusters:
+            return full
+        extend = full is not None and probes[-1] < self.clusters
+        xs = [math.log2(p) for p in probes] + ([math.log2(self.clusters)] if extend else [])
+        ys = list(values) + ([full] if extend else [])
+        x = math.log2(at)
         if x <= xs[0]:
             return ys[0]
         for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]):

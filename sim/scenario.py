@@ -33,6 +33,7 @@ NAMED_KEYS = (
     "max_new_tokens",
     "prompt_len",
     "seed",
+    "temperature",
 )
 
 
@@ -50,6 +51,7 @@ class Scenario:
     max_new_tokens: int | None = None
     prompt_len: int | None = None
     seed: int = 0
+    temperature: float = 0.0  # 0: greedy; > 0: speculative sampling, acceptance from the profile's beta
     edits: tuple = field(default_factory=tuple)
 
     def describe(self) -> dict:
@@ -65,6 +67,7 @@ LIMITS = {
     "max_new_tokens": 100_000,
     "prompt_len": 1_000_000,
     "seed": 2**32 - 1,
+    "temperature": 100,
 }
 MAX_DECODE_TOKENS = 2_000_000  # prompts x new tokens per configuration: about a minute at worst
 NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
@@ -104,6 +107,14 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
                 f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate"
             )
         return changed
+    if key == "temperature":
+        try:
+            temperature = float(value)
+        except ValueError:
+            temperature = float("nan")
+        if not 0 <= temperature <= LIMITS["temperature"]:
+            raise UsageError(f"{label}: expected a number in 0..{LIMITS['temperature']} (0 is greedy), got {value!r}")
+        return replace(s, temperature=temperature)
     if key == "schedule":
         return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
     if key == "head":
@@ -206,7 +217,10 @@ def resolve(s: Scenario) -> Resolved:
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
     notes.append(f"acceptance: {source.describe()}")
-    sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
+    if s.temperature > 0:
+        sources = {head: _sampled(profile, s.temperature, head, probes, notes) for head in s.heads}
+    else:
+        sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
     configs = [Config("baseline", s.heads[0], K, probes, placement)]
     configs += [Config(sched, head, K, probes, placement) for sched in s.schedules for head in s.heads]
     return Resolved(profile, regime, sources, generations, configs, notes)
@@ -249,6 +263,28 @@ def _for_head(source, head: str, probes: int, profile: Profile, notes: list):
         )
     notes.append(f"{head}: acceptance scaled by agreement r({probes})={r1:.4f} against r={r0:.4f} of the source")
     return AgreementScaled(source, r0, r1)
+
+
+def _sampled(profile: Profile, temperature: float, head: str, probes: int, notes: list) -> IIDAcceptance:
+    """Speculative sampling accepts each proposal with probability min(1, p/q), so a position is
+    accepted with expected probability beta = sum_x min(p(x), q(x)): the profile's curve for this
+    temperature and head gives it, taken as the same at every position."""
+    measured = sorted(profile.beta)
+    beta = profile.beta_at(temperature, head, probes)
+    if beta is None:
+        have = ", ".join(f"{t:g}" for t in measured) or "none"
+        raise UsageError(
+            f"temperature={temperature:g}: the profile has no beta curve for the {head} head at this temperature "
+            f"(temperatures measured: {have}); python -m measure.beta measures them"
+        )
+    what = head if head == "dense" else f"{head} p={probes}"
+    notes.append(
+        f"acceptance at temperature {temperature:g} ({what}): i.i.d. beta={beta:.4f} from the profile's sampling "
+        f"curves ({profile.sampling_weights} weights); the acceptance source given applies to greedy decoding only"
+    )
+    if profile.sampling_weights == "synthetic":
+        notes.append("warning: the beta curves were measured on SYNTHETIC weights: they say nothing about language")
+    return IIDAcceptance(beta)
 
 
 def timeline(s: Scenario) -> tuple[list[tuple], dict]:

@@ -88,6 +88,8 @@ CASES = [
     ("sim", ["--what-if", "K*=2"], "use K=value"),
     ("sim", ["--what-if", "probes"], "expected key=value"),
     ("sim", ["--what-if", "draft.body_ms*=1e9"], "must be a number in 0..1e+06"),
+    ("sim", ["--what-if", "temperature=-0.5"], "expected a number in 0..100 (0 is greedy)"),
+    ("sim", ["--what-if", "temperature=0.7"], "the profile has no beta curve"),
     ("sim", ["--sweep", "K=2,4,0"], "sweep K: must be in 1..64"),
     ("sim", ["--sweep", "head=dense,sparse"], "sweep head: 'sparse' is unknown"),
     ("sim", ["--profile", "{binary.json}"], "is not UTF-8 text"),
