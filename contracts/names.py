@@ -7,6 +7,14 @@ SPECULATIVE_SCHEDULES = SCHEDULES[1:]
 # Draft LM heads.
 HEADS = ("dense", "flashhead")
 
+# Drafters: a separate draft model, prompt lookup (the tokens that followed the last n-gram's most
+# recent earlier occurrence) and early exit (the target's first L layers and its head).
+DRAFTERS = ("draft-model", "prompt-lookup", "early-exit")
+# Policies that choose each round's drafter and K (contracts/policies.py); the simulator also
+# reports `oracle`, the best fixed arm in hindsight.
+POLICIES = ("fixed", "heuristic", "ucb1", "thompson")
+SIMULATED_POLICIES = (*POLICIES, "oracle")
+
 # Where the two models run: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU.
 PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
 
