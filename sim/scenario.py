@@ -235,11 +235,11 @@ def resolve(s: Scenario) -> Resolved:
         for head in s.heads
         for config in _policy_configs(s, K, probes, placement)
     ]
-    profile.costs[regime].check_drafters(s.drafters)
     if isinstance(source, TraceReplay):
         source.check_drafters(s.drafters)
     elif s.drafters != ("draft-model",):
         notes.append("drafters: a synthetic acceptance source gives every drafter the same acceptance")
+    profile.costs[regime].check_drafters(s.drafters)
     return Resolved(profile, regime, sources, generations, configs, notes)
 
 

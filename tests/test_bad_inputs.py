@@ -104,6 +104,13 @@ CASES = [
     ("sim", ["--out", "{a_file}/below"], "is a file, not a folder"),
     ("sim", ["--plot", "{no-out}"], "--plot writes PNG files and needs --out"),
     ("sim", ["--graphs", "on", "--profile", "study"], "carries only eager"),
+    ("sim", ["--policy", "greedy"], "--policy: 'greedy' is unknown; valid: fixed, heuristic, ucb1, thompson, oracle"),
+    ("sim", ["--drafter", "medusa"], "--drafter: 'medusa' is unknown; valid: draft-model, prompt-lookup"),
+    ("sim", ["--what-if", "policy=greedy"], "what-if policy: 'greedy' is unknown"),
+    ("sim", ["--what-if", "drafter=prompt-lookup"], "records outcomes for draft-model only"),
+    ("sim", ["--drafter", "early-exit", "--acceptance", "0.5"], "the profile has no draft.early_exit_body_ms"),
+    ("sim", ["--policy", "ucb1", "--schedule", "ordinary"], "run on deferred and pipelined-deferred only"),
+    ("sim", ["--arms-K", "2+0"], "--arms-K: must be in 1..64"),
     # model: choices, numbers, files, sizes, devices, checkpoints
     ("model", ["--schedule", "fastest"], "unknown schedule 'fastest'"),
     ("model", ["--head", "sparse"], "unknown head 'sparse'"),
