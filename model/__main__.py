@@ -24,6 +24,7 @@ from tqdm import tqdm  # noqa: E402
 from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
 from model.pair import load_pair  # noqa: E402
+from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
 
@@ -109,6 +110,15 @@ def parse_args(argv) -> argparse.Namespace:
     )
     add("--out", default=None, metavar="DIR", help="folder for traces and summaries (created at the end, all at once)")
     add(
+        "--record-lookup-runs",
+        type=int,
+        default=None,
+        metavar="G",
+        help="also record in the traces, for every decode position, how many tokens prompt lookup "
+        "(max_matching_ngram_size G, Hugging Face's default 2) would have had accepted, so that "
+        "python -m sim can replay --drafter prompt-lookup on this run",
+    )
+    add(
         "--timeline",
         default=None,
         metavar="FILE",
@@ -177,7 +187,9 @@ def run(args) -> int:
         config["acceptance_control"] = control.describe()
     summaries = {s: summarize({**config, **_head_config(s, head, args)}, runs) for s, runs in results.items()}
     if out is not None:
-        _write_outputs(out, results, summaries)
+        lookup_ngram = args.record_lookup_runs
+        prompt_ids = {p.id: x for p, x in zip(prompts, ids)} if lookup_ngram else None
+        _write_outputs(out, results, summaries, prompt_ids, lookup_ngram)
     if args.timeline:
         _write_timeline(Path(args.timeline), args.timeline_schedule, results, summaries, decoder)
     mismatches = _check_exact(results, references, args) if args.check_exact else {}
@@ -197,6 +209,10 @@ def _head_config(schedule: str, head, args) -> dict:
 def _check_numbers(args) -> None:
     if args.K < 1:
         raise UsageError(f"--K must be >= 1 (draft tokens per round), got {args.K}")
+    if args.record_lookup_runs is not None and args.record_lookup_runs < 1:
+        raise UsageError(
+            f"--record-lookup-runs must be >= 1 (the largest n-gram matched), got {args.record_lookup_runs}"
+        )
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.warmup < 0:
@@ -229,16 +245,24 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
     return results
 
 
-def _write_outputs(out: Path, results, summaries) -> None:
-    """Every schedule's trace and summary, added to `out` all at once (contracts.files.staged)."""
+def _write_outputs(out: Path, results, summaries, prompt_ids=None, lookup_ngram=None) -> None:
+    """Every schedule's trace and summary, added to `out` all at once (contracts.files.staged). With
+    `prompt_ids`, speculative traces also record prompt lookup's match runs (contracts.trace `runs`)."""
     with staged(out, merge=True) as folder:
         for schedule, runs in results.items():
             config = summaries[schedule]["config"]
+            record = prompt_ids is not None and schedule != "baseline"
             lines = [
                 line
                 for pid, g in runs
                 for line in trace_lines(
-                    g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"], probes=config["probes"]
+                    g,
+                    prompt_id=pid,
+                    schedule=schedule,
+                    head=config["head"],
+                    K=config["K"],
+                    probes=config["probes"],
+                    runs={"prompt-lookup": match_runs(prompt_ids[pid], g.tokens, lookup_ngram)} if record else None,
                 )
             ]
             write_trace(folder / f"{schedule}.trace.jsonl", lines)

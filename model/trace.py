@@ -46,10 +46,19 @@ class Generation:
 
 
 def trace_lines(
-    gen: Generation, *, prompt_id: str, schedule: str, head: str, K: int, probes: int | None = None
+    gen: Generation,
+    *,
+    prompt_id: str,
+    schedule: str,
+    head: str,
+    K: int,
+    probes: int | None = None,
+    runs: dict[str, list[int]] | None = None,
 ) -> list[dict]:
-    """The generation's trace lines (K is 0 for baseline; probes None for a dense head)."""
+    """The generation's trace lines (K is 0 for baseline; probes None for a dense head). `runs`: per
+    drafter, one match run per decode position (model.prompt_lookup.match_runs), split by round."""
     lines = []
+    position = 0
     for index, r in enumerate(gen.rounds):
         line = {
             "schema": TRACE_SCHEMA,
@@ -70,6 +79,10 @@ def trace_lines(
             line["phases_ms"] = {p: round(r.phases_ms[p], 6) for p in PHASES}
         if r.host_gaps is not None:
             line["host_gap_ms"], line["host_gaps"] = round(r.host_gap_ms, 6), r.host_gaps
+        if runs is not None:
+            line["drafter"] = "draft-model"
+            line["runs"] = {name: values[position : position + r.emitted] for name, values in runs.items()}
+        position += r.emitted
         lines.append(line)
     return lines
 

@@ -119,7 +119,12 @@ def policy_table(rows: list[dict]) -> str:
 def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
     headers = ["schedule", "head", "base tok/s", "what-if tok/s", "delta %", "base acc/prop", "what-if acc/prop"]
     lines = []
-    for b, a in zip(before, after):
+    pairs = []  # each what-if row with the base row of its schedule and head (a policy may drop schedules)
+    for a in after:
+        b = next((b for b in before if (b["schedule"], b["head"]) == (a["schedule"], a["head"])), None)
+        if b is not None:
+            pairs.append((b, a))
+    for b, a in pairs:
         delta = 100.0 * (a["decode_tok_s"] / b["decode_tok_s"] - 1) if b["decode_tok_s"] else None
         lines.append(
             [

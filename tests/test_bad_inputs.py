@@ -117,6 +117,7 @@ CASES = [
     ("model", ["--K", "0"], "--K must be >= 1"),
     ("model", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     ("model", ["--warmup", "-1"], "--warmup must be >= 0"),
+    ("model", ["--record-lookup-runs", "0"], "--record-lookup-runs must be >= 1"),
     ("model", ["--probes", "3"], "apply to --head flashhead only"),
     ("model", ["--head", "flashhead", "--probes", "999"], "probes must be in [1, 32]"),
     ("model", ["--acceptance", "a=2"], "bad acceptance control"),

@@ -43,3 +43,30 @@ def test_match_runs_count_leading_agreements():
     assert runs[0] == 3  # 2, 3, 4 agree, then 7 != 1
     assert len(runs) == len(tokens) - 1
     assert runs[-1] == 0
+
+
+def test_trace_lines_split_the_runs_by_round_and_the_simulator_replays_them(tmp_path):
+    from contracts.trace import read_trace, write_trace
+    from model.trace import Generation, Round, trace_lines
+    from sim.acceptance import TraceReplay
+    from sim.trace import rounds_by_prompt
+
+    prompt, tokens = [5, 6, 7, 8], [5, 6, 7, 8, 9, 5, 6]
+    rounds = [Round(2, 0, 1, False, 5), Round(2, 2, 3, False, 6), Round(2, 1, 2, False, 9)]
+    runs = match_runs(prompt, tokens, max_ngram=2)
+    lines = trace_lines(
+        Generation(tokens, rounds, 1.0, 1.0, 3, 1),
+        prompt_id="p",
+        schedule="deferred",
+        head="dense",
+        K=2,
+        runs={"prompt-lookup": runs},
+    )
+    assert [x for line in lines for x in line["runs"]["prompt-lookup"]] == runs
+    write_trace(tmp_path / "t.jsonl", lines)
+    assert read_trace(tmp_path / "t.jsonl") == lines
+    source = TraceReplay(*rounds_by_prompt(tmp_path / "t.jsonl")[:1], "dense", None)
+    assert source.drafters == ("draft-model", "prompt-lookup")
+    block = source.stream(source.generations[0], 0)
+    for pos, run in enumerate(runs):
+        assert block(pos, 2, "prompt-lookup") == [j < run for j in range(3)]
