@@ -161,7 +161,7 @@ class TraceReplay:
         for prompt_id, rounds in rounds_by_prompt.items():
             stream: list[bool | None] = []
             for r in rounds:
-                K, acc = r["K"], r["accepted"]
+                K, acc = r["proposed"], r["accepted"]  # a policy may propose fewer than the trace's K
                 stream += [True] * acc
                 if acc < K:
                     stream.append(False)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
-from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
+from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
 from contracts.policies import parse_drafters
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
-from .schedules import POLICY_SCHEDULES, Config
+from .schedules import Config
 from .simulate import simulate
 from .trace import rounds_by_prompt
 

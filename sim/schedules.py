@@ -47,11 +47,6 @@ class Config:
         return (first, *(arm for arm in arms(self.drafters, (self.K, *self.Ks)) if arm != first))
 
 
-# The schedules that take a policy or a drafter other than a fixed draft model: the deferred ones read
-# each round's accepted count at its end (the ordinary ones learn it a round late).
-POLICY_SCHEDULES = ("deferred", "pipelined-deferred")
-
-
 class DeviceStream:
     """A device as a CUDA stream sees it: work runs one piece at a time, in launch order."""
 
@@ -272,6 +267,8 @@ class SimulatedRun:
                 )
             )
         first = max(2, context - self.cached.get(arm.drafter, context - 2))
+        if first > 2 and arm.drafter == "draft-model":  # catching up: the missed tokens go to the draft device
+            yield from self.copy_tokens("target", first)
         return (yield from self.draft_steps(arm.K, context - first, first_tokens=first, drafter=arm.drafter))
 
     def drafted(self, arm: Arm, context: int, accepted: int) -> None:
