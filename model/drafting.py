@@ -110,7 +110,7 @@ class Drafting:
         else:  # catch up: the tokens at positions context - first .. context - 1, from the output buffer
             begin = run.least - first
             tokens = run.out[begin : begin + first].view(1, first)
-            if device != dec.target_device:
+            if arm.drafter == "draft-model" and dec.copies:  # as Decoder.to_draft: a real copy only
                 dec._event("copy_tokens", "target", first)
                 with dec.clock.span("copy_tokens", dec.target_device):
                     tokens = tokens.to(device, non_blocking=True)

@@ -240,7 +240,7 @@ class SimulatedRun:
         the drafter's stream (the early-exit draft shares the target's device), the first feeding
         `first_tokens` tokens after `context` cached ones, every later one the previous proposal."""
         stream = self.draft if drafter == "draft-model" else self.target
-        name = "draft" if stream is self.draft else "target"
+        name = "draft" if drafter == "draft-model" else "target"
         if self.events is not None:
             self.events += [("draft_step", name, first_tokens)] + [("draft_step", name, 1)] * (steps - 1)
         body_ms, head_ms, host_ms = self._cost(

@@ -69,6 +69,7 @@ def simulate(
     ceiling: bool = True,
     events: bool = False,
     timeline: bool = False,
+    policy: Policy | None = None,
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
@@ -77,11 +78,13 @@ def simulate(
 
     `events`: also return the event log of every generation in turn (`result["events"]`: one
     `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them).
+    `policy`: a policy object to play instead of a fresh `config.policy` (its state carries over).
     `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
     start; its prefills before it)."""
     choices = _oracle_arms(costs, config, source, generations, seed) if config.policy == "oracle" else None
-    policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: None)
+    given = policy
+    policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: given)
     run = _run(costs, config, source, generations, seed, events=events, timeline=timeline, policy=policy())
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])

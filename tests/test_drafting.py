@@ -76,3 +76,87 @@ def test_policies_are_refused_on_the_ordinary_schedules_and_arms_past_K(models):
         dec.generate(PROMPTS["short"], 4, "ordinary")
     with pytest.raises(UsageError, match="K must be in 1..3"):
         _decoder(models, "ucb1", Ks=(1, 5))
+
+
+class RoundRobin:
+    """A time-independent policy for the event comparison: the arms in turn (exercises every
+    drafter switch and the catch-up of idle model drafters)."""
+
+    def __new__(cls, choices):
+        from contracts.policies import Policy
+
+        class Cycle(Policy):
+            name = "round-robin"
+
+            def choose(self):
+                return self.arms[len(self.history) % len(self.arms)]
+
+        return Cycle(choices)
+
+
+class RecordedRounds:
+    """The decoder's rounds as an acceptance source: the round begun at a position accepts what it did."""
+
+    def __init__(self, generations, rounds):
+        self.generations, self.rounds = generations, rounds
+
+    def stream(self, generation, seed):
+        outcome, pos = {}, 0
+        for r in self.rounds[generation.prompt_id]:
+            outcome[pos] = (r.accepted, r.lookahead_used)
+            pos += r.accepted + 1
+
+        def block(pos, K, drafter=None):
+            accepted, used = outcome[pos]
+            return [True] * accepted + [False] * (K - accepted) + [bool(used)]
+
+        return block
+
+
+@pytest.mark.parametrize("schedule", ["deferred", "pipelined-deferred"])
+def test_decoder_and_simulator_log_the_same_events_while_switching_drafters(models, schedule):
+    from model.decoder import Decoder as Dec
+    from sim.acceptance import Generation
+    from sim.profile import Profile
+    from sim.schedules import Config
+    from sim.simulate import simulate
+    from tests.sim_fixtures import timing, tiny_profile
+
+    choices = (Arm("draft-model", 3), Arm("prompt-lookup", 2), Arm("early-exit", 1), Arm("early-exit", 3))
+    for placement, copies in (("one-gpu", False), ("two-gpu", True)):
+        target, draft, early, references = models
+        dec = Decoder(
+            target,
+            draft,
+            DenseHead(draft.head_weight),
+            K=K,
+            graphs=False,
+            drafting=Drafting(RoundRobin(choices), early=early),
+        )
+        dec.events, rounds, generations = [], {}, []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Dec, "copies", property(lambda self, copies=copies: copies))
+            for name, ids in PROMPTS.items():
+                generation = dec.generate(ids, MAX_NEW, schedule)
+                assert generation.tokens == references[name]
+                rounds[name] = generation.rounds
+                generations.append(Generation(name, len(ids), generation.decode_tokens))
+        profile = tiny_profile(placement)
+        draft_costs = profile["regimes"]["eager"]["draft"]
+        draft_costs.update(lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5))
+        result = simulate(
+            Profile(profile, "parity").costs["eager"],
+            Config(schedule, "dense", K, 4, placement, drafters=DRAFTERS),
+            RecordedRounds(generations, rounds),
+            generations,
+            ceiling=False,
+            events=True,
+            policy=RoundRobin(choices),
+        )
+        simulated = [(d["drafter"], d["proposed"], d["accepted"]) for d in result["rounds_detail"]]
+        assert simulated == [(r.drafter, r.proposed, r.accepted) for name in PROMPTS for r in rounds[name]]
+        assert result["events"] == dec.events, placement
+        names = {e[0] for e in dec.events}
+        assert {"lookup", "draft_step", "verify"} <= names and (("copy_tokens" in names) == copies)
+        # a catch-up step (an idle model drafter feeding the tokens it missed) happened
+        assert any(e[0] == "draft_step" and e[2] > 2 for e in dec.events)
