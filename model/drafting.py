@@ -25,7 +25,7 @@ import torch
 
 from contracts import UsageError
 from contracts.names import POLICY_SCHEDULES
-from contracts.policies import Arm, Policy
+from contracts.policies import Arm, Policy, make_policy
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.prompt_lookup import lookup
@@ -86,6 +86,11 @@ class Drafting:
         if self.early is not None:
             with self.dec.clock.span("initial", self.dec.target_device):
                 self.early.forward_hidden(prompt, torch.arange(prompt_len, device=self.dec.target_device))
+
+    def reset(self) -> None:
+        """A fresh policy of the same kind over the same arms (each schedule's recorded generations
+        start from nothing learned, as each simulated configuration does)."""
+        self.policy = make_policy(self.policy.name, self.policy.arms, self.policy.seed)
 
     # --- per round ---------------------------------------------------------------------------------
     def choose(self) -> Arm:

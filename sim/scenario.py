@@ -38,7 +38,7 @@ NAMED_KEYS = (
     "drafter",
     "arms_K",
 )
-DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms, besides the scenario's K
+DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms below the scenario's K (the largest)
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ def _schedules_for(s: Scenario) -> tuple:
 
 def _policy_configs(s: Scenario, K: int, probes: int, placement: str) -> list[Config]:
     """One configuration per policy; `arms` stands for every fixed arm, each its own configuration."""
-    Ks = tuple(k for k in s.arms_K if k != K)
+    Ks = tuple(k for k in s.arms_K if k < K)  # K is the largest, as in the decoder (its buffers' size)
     base = Config("deferred", "dense", K, probes, placement, drafters=s.drafters, Ks=Ks)
     configs = []
     for policy in s.policies:

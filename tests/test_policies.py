@@ -128,7 +128,8 @@ def test_replay_follows_each_drafters_runs_and_the_oracle_beats_every_fixed_arm(
     profile, trace = _runs_trace(tmp_path)
     scenario = Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=("deferred",), heads=("dense",))
     scenario = with_change(scenario, "drafter", "=", "draft-model+prompt-lookup")
-    scenario = with_change(scenario, "arms_K", "=", "1+2+4")
+    scenario = with_change(scenario, "arms_K", "=", "1+2")
+    scenario = with_change(scenario, "K", "=", "4")
     scenario = with_change(scenario, "policy", "=", "all")
     rows, _ = run(scenario, ceiling=False)
     by = {(r["policy"], r["arm"]): r for r in rows if r["schedule"] == "deferred"}
