@@ -130,8 +130,8 @@ class Costs:
             for name in needs.get(drafter, ()):
                 if getattr(self, name) is None:
                     raise UsageError(
-                        f"drafter {drafter}: the profile has no draft.{name}_ms (measure it: python -m measure "
-                        "--drafters prompt-lookup,early-exit)"
+                        f"drafter {drafter}: the profile has no draft.{name}_ms (python -m measure "
+                        "times prompt lookup always, and early exit with --early-exit-layers L)"
                     )
 
     def extrapolations(self) -> list[str]:
