@@ -209,7 +209,7 @@ class TraceReplay:
                 return [at(pos + j) for j in range(K + 1)]
             run = known_runs[pos]
             if run >= RUN_CAP:  # matched as far as recorded: the rest drawn
-                return [True] * RUN_CAP + [at(pos + j) for j in range(RUN_CAP, K + 1)]
+                return ([True] * RUN_CAP + [at(pos + j) for j in range(RUN_CAP, K + 1)])[: K + 1]
             return [j < run for j in range(K + 1)]
 
         return block
