@@ -7,6 +7,17 @@ SPECULATIVE_SCHEDULES = SCHEDULES[1:]
 # Draft LM heads.
 HEADS = ("dense", "flashhead")
 
+# Drafters: a separate draft model, prompt lookup (the tokens that followed the last n-gram's most
+# recent earlier occurrence) and early exit (the target's first L layers and its head).
+DRAFTERS = ("draft-model", "prompt-lookup", "early-exit")
+# Policies that choose each round's drafter and K (contracts/policies.py); the simulator also
+# reports `oracle`, the best fixed arm in hindsight.
+POLICIES = ("fixed", "heuristic", "ucb1", "thompson")
+SIMULATED_POLICIES = (*POLICIES, "oracle")
+# The schedules that take a policy, or a drafter other than a fixed draft model: the deferred ones
+# read each round's accepted count at its end (the ordinary ones learn it a round late).
+POLICY_SCHEDULES = ("deferred", "pipelined-deferred")
+
 # Where the two models run: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU.
 PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
 
@@ -24,4 +35,4 @@ REGIME_OF_GRAPHS_FLAG = {"on": "graphs", "off": "eager"}
 # Events of a round, in the order the host issues them; the decoder and the simulator log the same
 # sequence for the same run as (name, stream, tokens) tuples (docs/contracts.md, "Schedule event
 # order"; tests/test_schedule_parity.py).
-EVENTS = ("draft_step", "copy_tokens", "sync", "verify", "append")
+EVENTS = ("draft_step", "lookup", "copy_tokens", "sync", "verify", "append")

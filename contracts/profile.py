@@ -24,8 +24,11 @@ REQUIRED_COSTS = {
     "draft": ("body_ms", "head_dense_ms", "head_flashhead_ms", "prefill_ms"),
     "host": ("item_ms", "copy_token_ms", "event_sync_ms", "round_bookkeeping_ms"),
 }
-# Costs a profile may carry (older ones do not): the host's time from a read's end to its next launch.
-OPTIONAL_COSTS = {"host": ("read_gap_ms",)}
+# Costs a profile may carry (older ones do not): the host's time from a read's end to its next launch;
+# prompt lookup's n-gram search over the context (on the target device, table over `context`); and the
+# early-exit draft's step on the target device: its first L layers (table over n_tokens, context) and
+# the target's head (setup.early_exit_layers names L).
+OPTIONAL_COSTS = {"host": ("read_gap_ms",), "draft": ("lookup_ms", "early_exit_body_ms", "early_exit_head_ms")}
 
 
 def finite(value, where: str) -> float:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from contracts.cli import UsageError
 from contracts.files import read_json, read_text, write_atomic
-from contracts.names import PHASES
+from contracts.names import DRAFTERS, PHASES
 
 TRACE_SCHEMA = "specloop.trace/1"
 SUMMARY_SCHEMA = "specloop.summary/1"
 READABLE_TRACE_SCHEMAS = (TRACE_SCHEMA, "flashspec.trace/1")  # the tool's earlier name
 READABLE_SUMMARY_SCHEMAS = (SUMMARY_SCHEMA, "flashspec.summary/1")
+RUN_CAP = 65  # a `runs` value counts matches up to the largest K (64) and the bonus token after it
 
 _TRACE_FIELDS = {
     "prompt_id": str,
@@ -101,6 +102,29 @@ def check_trace_line(line, where: str = "trace") -> None:
     if "phases_ms" in line:
         _check_phases(line["phases_ms"], where)
     _check_host_gaps(line, where)
+    _check_arm_fields(line, where)
+
+
+def _check_arm_fields(line: dict, where: str) -> None:
+    """`drafter` (the round's drafter) and `runs` (per drafter, for each position the round emitted, how
+    many proposals a block begun there would have had accepted) are optional; older traces lack them."""
+    drafter = line.get("drafter")
+    if drafter is not None and drafter not in DRAFTERS:
+        raise UsageError(f"{where}: drafter must be one of {', '.join(DRAFTERS)} or null, got {drafter!r}")
+    runs = line.get("runs")
+    if runs is None:
+        return
+    if not isinstance(runs, dict) or set(runs) - set(DRAFTERS):
+        raise UsageError(f"{where}: runs must map drafters ({', '.join(DRAFTERS)}) to lists")
+    for name, values in runs.items():
+        if (
+            not isinstance(values, list)
+            or len(values) != line["emitted"]
+            or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= RUN_CAP for v in values)
+        ):
+            raise UsageError(
+                f"{where}: runs[{name!r}] must list one integer in 0..{RUN_CAP} per emitted token ({line['emitted']})"
+            )
 
 
 def _check_host_gaps(obj: dict, where: str) -> None:

@@ -48,6 +48,8 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--reps", type=int, help=f"timed repetitions per point (default {DEFAULTS.reps})")
     add("--warmup", type=int, help=f"warm-up runs per point (default {DEFAULTS.warmup})")
     add("--seed", type=int, help="seed of synthetic weights and the clustering (default 0)")
+    add("--early-exit-layers", type=int, help="also time the early-exit drafter of the target's first L layers")
+    add("--lookup-ngram", type=int, help="prompt lookup's max_matching_ngram_size for its timing (default 2)")
     if not overrides_only:
         add("--out", required=True, help="the profile JSON to write (a Markdown summary goes beside it)")
     return p

@@ -13,10 +13,12 @@ import torch
 
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
+from model.early_exit import early_exit
 from model.flashhead import Clustering
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded
+from model.prompt_lookup import lookup
 
 from .timing import summarize, time_op
 
@@ -126,6 +128,47 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
         "prefill_ms": {"points": _prefill(b, b.draft, device)},
         "kv_crop_ms": crop,
     }
+
+
+def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
+    """The other drafters' costs, on the target's device where they run: prompt lookup's search over
+    the prompt and output buffer (eager, as the decoder runs it: the concatenation included) at each
+    context, for K_max proposals; and with `settings.early_exit_layers` the early-exit draft's body
+    over 1 and 2 new tokens at each context and the target's dense head."""
+    model, device = b.target.model, b.target_device
+    vocab = model.config.vocab_size
+    ngram, points = settings.lookup_ngram, []
+
+    def search(prompt, out, length):
+        return lookup(torch.cat([prompt, out]), length, b.K_max, ngram)
+
+    for context in b.contexts:
+        length = torch.tensor([context], device=device)
+        inputs = [
+            (t[0, : context // 2], t[0, context // 2 :], length) for t in b.tokens(context + b.K_max + 2, device, vocab)
+        ]
+        points.append({"context": context, **b.time(search, inputs, device)})
+        b.tick(f"prompt lookup ctx={context}")
+    costs = {"lookup_ms": {"points": points}}
+    if settings.early_exit_layers is None:
+        return costs
+    early = early_exit(model, settings.early_exit_layers)
+    early.setup_cache(model.max_seq_len, device)
+    body = GraphedCall(early.forward_hidden, enabled=graphs)
+    body_points = []
+    for context in b.contexts:
+        for n in (1, 2):
+            inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
+            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
+        b.tick(f"early-exit body ctx={context}")
+    hidden = model.config.hidden_size
+    states = [
+        (torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
+        for i in range(4)
+    ]
+    head = b.time(GraphedCall(DenseHead(model.head_weight).argmax, enabled=graphs), states, device)
+    b.tick("early-exit head")
+    return {**costs, "early_exit_body_ms": {"points": body_points}, "early_exit_head_ms": head}
 
 
 def host_costs(b: Bench) -> dict:

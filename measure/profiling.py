@@ -25,6 +25,7 @@ from .benchmarks import (
     Bench,
     copy_bandwidth_gbs,
     draft_costs,
+    drafter_costs,
     host_costs,
     round_host_costs,
     target_costs,
@@ -52,12 +53,16 @@ class MeasureSettings:
     reps: int = 20  # timed repetitions per point
     warmup: int = 3  # warm-up runs per point
     seed: int = 0  # seed of synthetic weights and the clustering
+    early_exit_layers: int | None = None  # the early-exit drafter's L (its costs are measured when given)
+    lookup_ngram: int = 2  # prompt lookup's max_matching_ngram_size (its search is always measured)
 
 
 def check_settings(settings: MeasureSettings) -> None:
     """Bad settings are refused before any model is loaded."""
     positive = {
         "--K-max": [settings.K_max],
+        "--lookup-ngram": [settings.lookup_ngram],
+        "--early-exit-layers": [settings.early_exit_layers or 1],
         "--reps": [settings.reps],
         "--agreement-max-len": [settings.agreement_max_len],
         "--contexts": list(settings.contexts),
@@ -117,7 +122,16 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         )
     points = (
         len(regimes)
-        * ((settings.K_max + 2) * len(contexts) + 2 * len(prompt_lengths) + len(contexts) + 1 + len(probes) + 1)
+        * (
+            (settings.K_max + 2) * len(contexts)
+            + 2 * len(prompt_lengths)
+            + len(contexts)
+            + 1
+            + len(probes)
+            + 1
+            + len(contexts) * (1 if settings.early_exit_layers is None else 2)
+            + (settings.early_exit_layers is not None)
+        )
         + 2
     )
     with tqdm(total=points, desc="measure", unit="point", file=sys.stderr, disable=None, leave=False) as bar:
@@ -141,7 +155,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             graphs = regime == "on"
             costs["graphs" if graphs else "eager"] = {
                 "target": target_costs(bench, graphs),
-                "draft": draft_costs(bench, graphs),
+                "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         bar.update()

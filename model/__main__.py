@@ -14,6 +14,8 @@ from pathlib import Path
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
 from contracts.files import check_output_file, staged
+from contracts.names import DRAFTERS, POLICIES, POLICY_SCHEDULES
+from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_policy
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
 
@@ -23,7 +25,10 @@ from tqdm import tqdm  # noqa: E402
 
 from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
+from model.drafting import Drafting  # noqa: E402
+from model.early_exit import early_exit  # noqa: E402
 from model.pair import load_pair  # noqa: E402
+from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
 
@@ -109,6 +114,24 @@ def parse_args(argv) -> argparse.Namespace:
     )
     add("--out", default=None, metavar="DIR", help="folder for traces and summaries (created at the end, all at once)")
     add(
+        "--policy",
+        default="fixed",
+        help=f"what picks each round's drafter and K: {', '.join(POLICIES)} (default fixed; deferred schedules only)",
+    )
+    add("--drafter", default="draft-model", help=f"the arms' drafters joined by '+': {', '.join(DRAFTERS)}")
+    add("--arms-K", default=None, help="the arms' K values joined by '+', each <= --K (default: 1+2+4+6+8 up to --K)")
+    add("--early-exit-layers", type=int, default=None, help="the early-exit drafter's layers L (the target's first L)")
+    add("--lookup-ngram", type=int, default=2, help="prompt lookup's max_matching_ngram_size (default 2, as HF's)")
+    add(
+        "--record-lookup-runs",
+        type=int,
+        default=None,
+        metavar="G",
+        help="also record in the traces, for every decode position, how many tokens prompt lookup "
+        "(max_matching_ngram_size G, Hugging Face's default 2) would have had accepted, so that "
+        "python -m sim can replay --drafter prompt-lookup on this run",
+    )
+    add(
         "--timeline",
         default=None,
         metavar="FILE",
@@ -135,6 +158,7 @@ def run(args) -> int:
         check_output_file(Path(args.timeline), "--timeline")
     # the timeline's schedule: the first speculative one run (the baseline when only it runs)
     args.timeline_schedule = next((s for s in schedules if s != "baseline"), schedules[0]) if args.timeline else None
+    arms_choice = _arms(args, schedules)
     prompts = select_prompts(args.prompts, args.prompts_file)
     speculative = any(s != "baseline" for s in schedules)
     pair = load_pair(
@@ -158,6 +182,7 @@ def run(args) -> int:
         control=control,
         phases=args.phases == "on",
         stop_at_eos=args.stop_at_eos,
+        drafting=_drafting(pair, arms_choice, args) if arms_choice else None,
     )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
@@ -175,9 +200,14 @@ def run(args) -> int:
     }
     if control is not None:
         config["acceptance_control"] = control.describe()
+    if arms_choice:
+        config.update(policy=args.policy, arms=[a.label() for a in arms_choice], lookup_ngram=args.lookup_ngram)
+        config["early_exit_layers"] = args.early_exit_layers
     summaries = {s: summarize({**config, **_head_config(s, head, args)}, runs) for s, runs in results.items()}
     if out is not None:
-        _write_outputs(out, results, summaries)
+        lookup_ngram = args.record_lookup_runs
+        prompt_ids = {p.id: x for p, x in zip(prompts, ids)} if lookup_ngram else None
+        _write_outputs(out, results, summaries, prompt_ids, lookup_ngram)
     if args.timeline:
         _write_timeline(Path(args.timeline), args.timeline_schedule, results, summaries, decoder)
     mismatches = _check_exact(results, references, args) if args.check_exact else {}
@@ -194,9 +224,51 @@ def _head_config(schedule: str, head, args) -> dict:
     return {"schedule": schedule, "K": args.K, "head": args.head, "probes": probes}
 
 
+def _arms(args, schedules) -> tuple | None:
+    """The policy's arms, checked before any model loads; None for the fixed draft model."""
+    drafters = parse_drafters(args.drafter, "--drafter")
+    parse_policy(args.policy, "--policy")
+    if args.policy == "fixed" and drafters == ("draft-model",):
+        return None
+    bad = [s for s in schedules if s not in POLICY_SCHEDULES and s != "baseline"]
+    if bad:
+        raise UsageError(
+            f"--policy/--drafter run on {' and '.join(POLICY_SCHEDULES)} only, not {', '.join(bad)} (use --schedule)"
+        )
+    if "early-exit" in drafters and (args.early_exit_layers is None or args.early_exit_layers < 1):
+        raise UsageError("--drafter early-exit needs --early-exit-layers L (L >= 1, the target's first L layers)")
+    if args.lookup_ngram < 1:
+        raise UsageError(f"--lookup-ngram must be >= 1, got {args.lookup_ngram}")
+    if args.arms_K is None:
+        Ks = {k for k in (1, 2, 4, 6, 8) if k < args.K}
+    else:
+        try:
+            Ks = {int(k) for k in args.arms_K.split("+")}
+        except ValueError:
+            raise UsageError(f"--arms-K: expected K values joined by '+', got {args.arms_K!r}") from None
+        if any(not 1 <= k <= args.K for k in Ks):
+            raise UsageError(f"--arms-K: every K must be in 1..{args.K} (--K sizes the decoder's buffers)")
+    first = Arm(drafters[0], args.K)
+    return (first, *(a for a in arms(drafters, (args.K, *Ks)) if a != first))
+
+
+def _drafting(pair, choices, args) -> Drafting:
+    """The policy over the arms, with the early-exit draft (the target's first L layers) where asked."""
+    early = None
+    if args.early_exit_layers is not None:
+        target = pair.target.model
+        early = early_exit(target, args.early_exit_layers)
+        early.setup_cache(target.max_seq_len, target.head_weight.device)
+    return Drafting(make_policy(args.policy, choices, args.seed), early=early, lookup_ngram=args.lookup_ngram)
+
+
 def _check_numbers(args) -> None:
     if args.K < 1:
         raise UsageError(f"--K must be >= 1 (draft tokens per round), got {args.K}")
+    if args.record_lookup_runs is not None and args.record_lookup_runs < 1:
+        raise UsageError(
+            f"--record-lookup-runs must be >= 1 (the largest n-gram matched), got {args.record_lookup_runs}"
+        )
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.warmup < 0:
@@ -218,6 +290,8 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
             for index, (prompt, x) in enumerate(runs):
                 if control is not None:
                     control.bind(references[prompt.id], len(x), prompt.id)
+                if index == args.warmup and dec.drafting is not None:
+                    dec.drafting.reset()  # the warm-up's lessons are forgotten, as the simulator never saw them
                 bar.set_postfix_str(f"{schedule} {prompt.id}")
                 # the timeline: the first recorded generation of its schedule only
                 dec.clock.timeline = schedule == args.timeline_schedule and index == args.warmup
@@ -229,16 +303,24 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
     return results
 
 
-def _write_outputs(out: Path, results, summaries) -> None:
-    """Every schedule's trace and summary, added to `out` all at once (contracts.files.staged)."""
+def _write_outputs(out: Path, results, summaries, prompt_ids=None, lookup_ngram=None) -> None:
+    """Every schedule's trace and summary, added to `out` all at once (contracts.files.staged). With
+    `prompt_ids`, speculative traces also record prompt lookup's match runs (contracts.trace `runs`)."""
     with staged(out, merge=True) as folder:
         for schedule, runs in results.items():
             config = summaries[schedule]["config"]
+            record = prompt_ids is not None and schedule != "baseline"
             lines = [
                 line
                 for pid, g in runs
                 for line in trace_lines(
-                    g, prompt_id=pid, schedule=schedule, head=config["head"], K=config["K"], probes=config["probes"]
+                    g,
+                    prompt_id=pid,
+                    schedule=schedule,
+                    head=config["head"],
+                    K=config["K"],
+                    probes=config["probes"],
+                    runs={"prompt-lookup": match_runs(prompt_ids[pid], g.tokens, lookup_ngram)} if record else None,
                 )
             ]
             write_trace(folder / f"{schedule}.trace.jsonl", lines)

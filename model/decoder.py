@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
+from contracts.policies import Arm
 from model import schedules
 from model.graphs import GraphedCall
 from model.heads import DenseHead
@@ -240,6 +241,7 @@ class HostRound:
     proposed: int
     verify_skipped: bool = False
     lookahead_used: bool | None = None
+    drafter: str | None = None  # with a policy (model/drafting.py): the round's drafter
 
 
 @dataclass
@@ -263,6 +265,8 @@ class Run:
     append_calls: int = 0
     pending: torch.Tensor | None = None  # ordinary schedules: the target's pending next token t*
     rounds: list[HostRound] = field(default_factory=list)
+    prompt: torch.Tensor | None = None  # [P] on the target device (prompt lookup searches it)
+    cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (model/drafting.py)
 
     def more(self) -> bool:
         """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
@@ -323,6 +327,7 @@ class Decoder:
         fixed_width: bool | None = None,
         events: list | None = None,
         timeline: bool = False,
+        drafting=None,
     ):
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
@@ -341,10 +346,15 @@ class Decoder:
         self.rows = width(K) if use_width else None
         self.positions = torch.arange(max(K + 2, self.rows or 0), device=self.target_device)
         self.positions_on_draft = self.positions.to(self.draft_device)
-        self.past_lookahead = torch.tensor([0, 0, K + 1], device=self.draft_device)
+        # a used look-ahead of a K-token block moves the draft's cursor K + 1 on (per K: a policy varies it)
+        self.past_lookahead = {k: torch.tensor([0, 0, k + 1], device=self.draft_device) for k in range(1, K + 1)}
         self._target = GraphedCall(self._target_fn, enabled=graphs)
         self._body = GraphedCall(self._body_fn, enabled=graphs)
         self._head = GraphedCall(self._head_fn, enabled=graphs)
+        # each model drafter's (body, head, device, stream); `drafting` (model/drafting.Drafting) adds the
+        # early-exit draft, prompt lookup and the policy that picks each round's arm
+        self.steppers = {"draft-model": (self._body, self._head, self.draft_device, "draft")}
+        self.drafting = drafting.attach(self, graphs) if drafting is not None else None
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
@@ -394,6 +404,8 @@ class Decoder:
             raise UsageError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
         if schedule != "baseline" and self.draft is None:
             raise UsageError(f"schedule {schedule} needs a draft model")
+        if self.drafting is not None and schedule != "baseline":
+            self.drafting.check(schedule)
         if max_new_tokens < 1 or not prompt_ids:
             raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
         self._check_room(len(prompt_ids), max_new_tokens)
@@ -441,6 +453,8 @@ class Decoder:
             first = self.target_head.argmax(
                 self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:]
             )
+        if with_draft and self.drafting is not None:
+            self.drafting.prefill(prompt, P)
         overlap = with_draft and self.draft_device != self.target_device
         if overlap:
             with self.clock.span("initial", self.draft_device):
@@ -465,6 +479,7 @@ class Decoder:
             accepted,
             _upload(cursor, self.target_device),
             _upload(cursor, self.draft_device),
+            prompt=prompt[0],
         )
 
     def _final_read(self, run: Run) -> tuple[list[int], list[int]]:
@@ -496,6 +511,7 @@ class Decoder:
                     timed,
                     gap_ms,
                     gaps,
+                    host.drafter,
                 )
             )
             emitted_before += acc + 1
@@ -514,33 +530,41 @@ class Decoder:
         if self.events is not None:
             self.events.append((name, stream, tokens))
 
-    def begin_round(self, run: Run, proposed: int) -> HostRound:
+    def begin_round(self, run: Run, proposed: int, drafter: str | None = None) -> HostRound:
         self.clock.next_round()
-        run.rounds.append(HostRound(proposed))
+        run.rounds.append(HostRound(proposed, drafter=drafter))
         return run.rounds[-1]
 
-    def draft_steps(self, tokens: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
-        """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps]."""
-        proposals = torch.empty(steps, dtype=torch.long, device=self.draft_device)
+    def draft_steps(
+        self, tokens: torch.Tensor, start: torch.Tensor, steps: int, drafter: str = "draft-model"
+    ) -> torch.Tensor:
+        """`steps` draft steps (body, then head) of a model drafter from tokens [1, n] at start..;
+        proposals [steps] on the drafter's device."""
+        body, head, device, stream = self.steppers[drafter]
+        proposals = torch.empty(steps, dtype=torch.long, device=device)
         for i in range(steps):
-            self._event("draft_step", "draft", tokens.shape[1])
-            with self.clock.phase("draft_body", self.draft_device):
-                hidden, start = self._body(tokens, start)
-            with self.clock.phase("draft_head", self.draft_device):
-                token = self._head(hidden, start)
+            self._event("draft_step", stream, tokens.shape[1])
+            with self.clock.phase("draft_body", device):
+                hidden, start = body(tokens, start)
+            with self.clock.phase("draft_head", device):
+                token = head(hidden, start)
                 proposals[i : i + 1] = token
             tokens = token.view(1, 1)
         return proposals
 
-    def propose(self, run: Run) -> torch.Tensor:
+    def propose(self, run: Run, arm: Arm | None = None) -> torch.Tensor:
         """K draft steps from f. The first step feeds [prev, f]: after a fully accepted block the draft
-        never consumed the block's last token, and re-feeding an already consumed one is harmless."""
+        never consumed the block's last token, and re-feeding an already consumed one is harmless.
+        Other arms (another drafter, another K) are proposed by `drafting` (model/drafting.py)."""
+        if arm is not None and self.drafting is not None:
+            return self.drafting.propose(run, arm)
         cursor = run.draft_cursor
         return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
 
     def lookahead(self, run: Run, block_on_draft: torch.Tensor) -> torch.Tensor:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
-        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + self.K, self.K + 1)
+        K = block_on_draft.numel()
+        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1)
 
     def to_target(self, x: torch.Tensor) -> torch.Tensor:
         """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA

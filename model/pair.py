@@ -113,6 +113,7 @@ class Pair:
         phases: bool = True,
         stop_at_eos: bool = False,
         timeline: bool = False,
+        drafting=None,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -126,6 +127,7 @@ class Pair:
             eos_id=self.target.tokenizer.eos_token_id,
             stop_at_eos=stop_at_eos,
             timeline=timeline,
+            drafting=drafting,
         )
 
 

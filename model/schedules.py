@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from contracts.policies import Arm
+
 
 def baseline(dec, run) -> None:
     """verify(1) per token on the target device; tokens stay on the device until the end. The
@@ -61,19 +63,24 @@ def pipelined(dec, run) -> None:
 
 
 def _deferred_rounds(dec, run, lookahead: bool) -> None:
-    K = dec.K
+    drafting = dec.drafting  # None: the draft model at the decoder's K every round
     block = block_on_draft = None
+    arm = drafting.choose() if drafting is not None and run.more() else Arm("draft-model", dec.K)
     while run.more():
-        host = dec.begin_round(run, proposed=K)
+        K, played, before, context = arm.K, arm, run.least, run.prompt_len + run.least
+        host = dec.begin_round(run, proposed=K, drafter=arm.drafter if drafting else None)
+        on_draft = arm.drafter == "draft-model"
+        if drafting is not None:
+            drafting.begin()
         if block is None:
-            block_on_draft = dec.propose(run)  # draft_step x K
-            block = dec.to_target(block_on_draft)  # copy_tokens(K)
+            block_on_draft = dec.propose(run, arm if drafting else None)  # draft_step x K (prompt lookup: lookup)
+            block = dec.to_target(block_on_draft) if on_draft else block_on_draft  # copy_tokens(K)
         seq = torch.cat([run.cursor[1:2], block])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
-        ahead = dec.lookahead(run, block_on_draft) if lookahead else None  # draft_step x (K+1) during the verify
+        ahead = dec.lookahead(run, block_on_draft) if lookahead and on_draft else None  # draft_step x (K+1)
         a, f = dec.settle(run, seq, preds)
         packed = [run.n, run.eos]
-        if lookahead:
+        if ahead is not None:
             ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
             packed.append((a == K) & (f == ahead_on_target[:1]))  # whole block accepted and bonus == e1
             # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)
@@ -81,12 +88,16 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         run.known(n, eos)
         used = bool(used and used[0])
         host.lookahead_used = used if lookahead else None
+        if drafting is not None:
+            drafting.observe(run, played, context, before, K if used else n - before - 1)
         if used:  # round r+1 verifies e2..e(K+1); the draft already stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
-            run.draft_cursor = run.draft_cursor + dec.past_lookahead
-        else:  # after the read, copy_tokens of f: the draft drafts from f (its cache cropped there)
+            run.draft_cursor = run.draft_cursor + dec.past_lookahead[K]
+        else:  # after the read, the next arm; copy_tokens of f when the draft model drafts next
             block = None
-            dec.to_draft(run)
+            arm = drafting.choose() if drafting is not None and run.more() else arm
+            if arm.drafter == "draft-model":
+                dec.to_draft(run)
         dec.resolve(run)  # certain here: the read above gave n
     if run.rounds:
         dec.append(run)  # finalize: the generation's one standalone append(1)

@@ -26,6 +26,7 @@ class Round:
     phases_ms: dict[str, float] | None = None
     host_gap_ms: float | None = None  # host time from this round's reads to their next launches
     host_gaps: int | None = None  # how many such gaps
+    drafter: str | None = None  # with a policy: the drafter that proposed the round's block
 
 
 @dataclass
@@ -46,10 +47,19 @@ class Generation:
 
 
 def trace_lines(
-    gen: Generation, *, prompt_id: str, schedule: str, head: str, K: int, probes: int | None = None
+    gen: Generation,
+    *,
+    prompt_id: str,
+    schedule: str,
+    head: str,
+    K: int,
+    probes: int | None = None,
+    runs: dict[str, list[int]] | None = None,
 ) -> list[dict]:
-    """The generation's trace lines (K is 0 for baseline; probes None for a dense head)."""
+    """The generation's trace lines (K is 0 for baseline; probes None for a dense head). `runs`: per
+    drafter, one match run per decode position (model.prompt_lookup.match_runs), split by round."""
     lines = []
+    position = 0
     for index, r in enumerate(gen.rounds):
         line = {
             "schema": TRACE_SCHEMA,
@@ -70,6 +80,12 @@ def trace_lines(
             line["phases_ms"] = {p: round(r.phases_ms[p], 6) for p in PHASES}
         if r.host_gaps is not None:
             line["host_gap_ms"], line["host_gaps"] = round(r.host_gap_ms, 6), r.host_gaps
+        if r.drafter is not None:
+            line["drafter"] = r.drafter
+        if runs is not None:
+            line.setdefault("drafter", "draft-model")
+            line["runs"] = {name: values[position : position + r.emitted] for name, values in runs.items()}
+        position += r.emitted
         lines.append(line)
     return lines
 

@@ -13,7 +13,15 @@ from contracts.files import check_output_file, check_output_folder, staged
 from contracts.timeline import write_timeline
 
 from .profile import editable_paths
-from .report import LEGEND, comparison_table, phase_share_figure, results_table, sweep_figure, write_outputs
+from .report import (
+    LEGEND,
+    comparison_table,
+    phase_share_figure,
+    policy_table,
+    results_table,
+    sweep_figure,
+    write_outputs,
+)
 from .scenario import LIMITS, MAX_DECODE_TOKENS, NAMED_KEYS, Scenario, parse_change, resolve, run, timeline, with_change
 
 EPILOG = (
@@ -47,6 +55,14 @@ examples:
   python -m sim --what-if probes=2               side by side with the default probes
   python -m sim --sweep K=1,2,4,6,8 --out out/sweep --plot
   python -m sim --schedule pipelined-deferred --head flashhead --timeline out/sim-timeline.json
+  python -m sim --trace run/deferred.trace.jsonl --drafter draft-model+prompt-lookup --policy all
+                                                 every arm, policy and the oracle on a recorded run
+  python -m sim --trace run/deferred.trace.jsonl --what-if drafter=prompt-lookup
+
+policies (--policy; deferred schedules only): fixed plays (first drafter, K); heuristic is Hugging
+  Face's num_assistant_tokens schedule; ucb1 and thompson are bandits over every (drafter, K) arm with
+  reward = tokens emitted per ms of the round; oracle plays, per generation, the fixed arm that was
+  fastest on it. A trace replays the drafters whose match runs it recorded.
 
 timeline (--timeline FILE): the simulated target-device, draft-device and host streams of ONE
   configuration, the scenario's first speculative one (the first --schedule with the first --head),
@@ -88,6 +104,14 @@ def parse_args(argv):
     add("--prompt-len", default=None, help="prompt length (default: the profile's first)")
     add("--seed", default="0", help="seed of every random draw (default 0)")
     add(
+        "--policy",
+        default=None,
+        help="what chooses each round's drafter and K: fixed (default), heuristic, ucb1, thompson, oracle, joined "
+        "by '+', or all (every fixed arm, every policy and the oracle)",
+    )
+    add("--drafter", default=None, help="the arms' drafters joined by '+' (draft-model, prompt-lookup, early-exit)")
+    add("--arms-K", default=None, help="the arms' K values joined by '+' besides --K (default 1+2+4+6+8)")
+    add(
         "--what-if",
         action="append",
         default=[],
@@ -122,6 +146,9 @@ OPTION_KEYS = {
     "max_new_tokens": "--max-new-tokens",
     "prompt_len": "--prompt-len",
     "seed": "--seed",
+    "policy": "--policy",
+    "drafter": "--drafter",
+    "arms_K": "--arms-K",
 }
 
 
@@ -187,6 +214,9 @@ def _run(args) -> int:
     payload = {"scenario": todo.base.describe(), "notes": resolved.notes, "warnings": resolved.warnings}
     print("\n".join(f"# {n}" for n in resolved.notes))
     print(results_table(rows, wide=args.wide))
+    if todo.base.policies != ("fixed",):
+        print()
+        print(policy_table(rows))
     out_rows = rows
     if todo.what_if is not None:
         after, after_resolved = run(todo.what_if, ceiling)
@@ -194,6 +224,9 @@ def _run(args) -> int:
         print("\n".join(f"# what-if {n}" for n in after_resolved.notes if n not in resolved.notes))
         print()
         print(results_table(after, wide=args.wide))
+        if todo.what_if.policies != ("fixed",):
+            print()
+            print(policy_table(after))
         print()
         print(comparison_table(rows, after, label))
         payload.update(

@@ -1,14 +1,17 @@
 """Acceptance sources: which draft tokens the target accepts, round by round.
 
-Every source answers `block(pos, K)`: K+1 booleans, whether the draft's proposals for output
+Every source answers `block(pos, K, drafter=None)`: K+1 booleans, whether the draft's proposals for output
 positions pos .. pos+K-1 match the target's greedy tokens, and (the last one) whether the draft's
 guess of the token after a fully accepted block matches (used by the pipelined-deferred look-ahead).
-Accepted = the leading run of True among the first K.
+Accepted = the leading run of True among the first K. Synthetic sources answer the same for every
+drafter; a trace answers for the drafters whose outcomes it recorded (`runs`, contracts.trace).
 
 - `TraceReplay`: the draft's match at an output position depends only on that position (it always
   conditions on the true prefix), so a recorded trace gives a per-position match stream; positions
   it never tested (the bonus token after a full block) are drawn with the trace's acceptance rate.
-  Replaying at the recorded K reproduces the recorded rounds exactly.
+  Replaying at the recorded K reproduces the recorded rounds exactly. A trace with `runs` gives,
+  for every drafter it names and every output position, how many proposals of a block begun there
+  would be accepted (prompt lookup's block depends on where it begins, not only on the position).
 - `IIDAcceptance(a)`: every position matches with probability a.
 - `PerPositionAcceptance([a1..aK])`: the j-th proposal of a block matches with probability a_j.
 - `EmpiricalLengths({L: weight})`: the accepted length of a round drawn from a distribution.
@@ -21,6 +24,8 @@ import random
 from dataclasses import dataclass
 
 from contracts import UsageError
+from contracts.names import DRAFTERS
+from contracts.trace import RUN_CAP
 
 
 def _probability(value, where: str) -> float:
@@ -71,7 +76,7 @@ class IIDAcceptance:
                 memo[i] = rng.random() < a
             return memo[i]
 
-        return lambda pos, K: [at(pos + j) for j in range(K + 1)]
+        return lambda pos, K, drafter=None: [at(pos + j) for j in range(K + 1)]
 
 
 class PerPositionAcceptance:
@@ -93,7 +98,7 @@ class PerPositionAcceptance:
 
     def stream(self, generation: Generation, seed: int):
         rng = random.Random(f"{seed}/{generation.prompt_id}")
-        return lambda pos, K: [rng.random() < self._rate(j) for j in range(K + 1)]
+        return lambda pos, K, drafter=None: [rng.random() < self._rate(j) for j in range(K + 1)]
 
 
 class EmpiricalLengths:
@@ -124,7 +129,7 @@ class EmpiricalLengths:
     def stream(self, generation: Generation, seed: int):
         rng = random.Random(f"{seed}/{generation.prompt_id}")
 
-        def block(pos: int, K: int) -> list[bool]:
+        def block(pos: int, K: int, drafter: str | None = None) -> list[bool]:
             if self.max_len < K:
                 raise UsageError(f"acceptance: empirical lengths go up to {self.max_len}, cannot answer K={K}")
             u = rng.random()
@@ -143,11 +148,20 @@ class TraceReplay:
         self.head, self.probes = head, probes
         self.matches: dict[str, list[bool | None]] = {}
         self.generations: list[Generation] = []
+        every = [r for rs in rounds_by_prompt.values() for r in rs]
+        played = {r.get("drafter") or "draft-model" for r in every}
+        self.drafter = played.pop() if len(played) == 1 else None  # the one drafter of `matches`
+        self.runs = {
+            name: {pid: [v for r in rs for v in r["runs"][name]] for pid, rs in rounds_by_prompt.items()}
+            for name in DRAFTERS
+            if all(name in (r.get("runs") or {}) for r in every)
+        }
+        self.drafters = tuple(d for d in DRAFTERS if d in self.runs or d == self.drafter)
         tested = accepted = 0
         for prompt_id, rounds in rounds_by_prompt.items():
             stream: list[bool | None] = []
             for r in rounds:
-                K, acc = r["K"], r["accepted"]
+                K, acc = r["proposed"], r["accepted"]  # a policy may propose fewer than the trace's K
                 stream += [True] * acc
                 if acc < K:
                     stream.append(False)
@@ -167,7 +181,7 @@ class TraceReplay:
         return (
             f"trace replay of {len(self.generations)} generations recorded at K="
             f"{','.join(map(str, self.recorded_K))} ({head}), untested positions drawn at "
-            f"{self.rate:.3f}"
+            f"{self.rate:.3f}; outcomes for {', '.join(self.drafters)}"
         )
 
     def mean_rate(self) -> float:
@@ -185,7 +199,29 @@ class TraceReplay:
                 drawn[i] = rng.random() < self.rate
             return drawn[i]
 
-        return lambda pos, K: [at(pos + j) for j in range(K + 1)]
+        runs = {name: by_prompt.get(generation.prompt_id, []) for name, by_prompt in self.runs.items()}
+
+        def block(pos: int, K: int, drafter: str | None = None) -> list[bool]:
+            if drafter is None or (drafter == self.drafter and drafter not in runs):
+                return [at(pos + j) for j in range(K + 1)]
+            known_runs = runs[drafter]
+            if pos >= len(known_runs):
+                return [at(pos + j) for j in range(K + 1)]
+            run = known_runs[pos]
+            if run >= RUN_CAP:  # matched as far as recorded: the rest drawn
+                return ([True] * RUN_CAP + [at(pos + j) for j in range(RUN_CAP, K + 1)])[: K + 1]
+            return [j < run for j in range(K + 1)]
+
+        return block
+
+    def check_drafters(self, wanted: tuple[str, ...]) -> None:
+        """UsageError unless the trace recorded outcomes for every drafter in `wanted`."""
+        missing = [d for d in wanted if d not in self.drafters]
+        if missing:
+            raise UsageError(
+                f"drafter {missing[0]}: the trace records outcomes for {', '.join(self.drafters) or 'no drafter'} only "
+                "(record a run with match runs: python -m model --record-runs)"
+            )
 
 
 class AgreementScaled:
@@ -219,4 +255,4 @@ class AgreementScaled:
             u = rng.random()
             return (u < r1 / r0) if match and r1 < r0 else (match or u < gain)
 
-        return lambda pos, K: [rescale(m) for m in inner(pos, K)]
+        return lambda pos, K, drafter=None: [rescale(m) for m in inner(pos, K, drafter)]

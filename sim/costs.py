@@ -119,6 +119,20 @@ class Costs:
         self.event_sync = parsed["host.event_sync_ms"]
         self.bookkeeping = parsed["host.round_bookkeeping_ms"]
         self.read_gap = parsed.get("host.read_gap_ms")  # None in profiles measured before it was
+        self.lookup = parsed.get("draft.lookup_ms")  # the drafters' costs, where the profile measured them
+        self.early_exit_body = parsed.get("draft.early_exit_body_ms")
+        self.early_exit_head = parsed.get("draft.early_exit_head_ms")
+
+    def check_drafters(self, drafters: tuple[str, ...]) -> None:
+        """UsageError unless the profile carries the costs of every drafter in `drafters`."""
+        needs = {"prompt-lookup": ("lookup",), "early-exit": ("early_exit_body", "early_exit_head")}
+        for drafter in drafters:
+            for name in needs.get(drafter, ()):
+                if getattr(self, name) is None:
+                    raise UsageError(
+                        f"drafter {drafter}: the profile has no draft.{name}_ms (python -m measure "
+                        "times prompt lookup always, and early exit with --early-exit-layers L)"
+                    )
 
     def extrapolations(self) -> list[str]:
         """Warnings for every cost asked outside its measured grid so far."""

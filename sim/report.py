@@ -83,15 +83,48 @@ def _columns(wide: bool) -> list[tuple[str, object]]:
     return columns
 
 
+def _arm(row: dict) -> str:
+    return f"{row['policy']} {row['arm']}" if row.get("policy") else "-"
+
+
 def results_table(rows: list[dict], label: str | None = None, wide: bool = False) -> str:
     columns = ([(label, lambda r: _fmt(r.get("label")))] if label else []) + _columns(wide)
+    if any(
+        r.get("policy") not in (None, "fixed") or not r.get("arm", "draft-model").startswith("draft-model")
+        for r in rows
+    ):
+        columns.insert(3, ("policy", _arm))
     return render([h for h, _ in columns], [[cell(row) for _, cell in columns] for row in rows])
+
+
+def policy_table(rows: list[dict]) -> str:
+    """Per schedule and head: every policy's tok/s against the best fixed arm's (the fastest fixed row)."""
+    headers = ["schedule", "head", "policy", "tok/s", "vs best fixed %", "arms played (rounds)"]
+    lines = []
+    groups: dict = {}
+    for row in rows:
+        if row["schedule"] != "baseline":
+            groups.setdefault((row["schedule"], row["head"]), []).append(row)
+    for (schedule, head), group in groups.items():
+        fixed = [r for r in group if r["policy"] == "fixed"]
+        best = max(fixed, key=lambda r: r["decode_tok_s"]) if fixed else None
+        for row in group:
+            name = _arm(row) + (" (best fixed)" if row is best and len(fixed) > 1 else "")
+            ratio = 100.0 * (row["decode_tok_s"] / best["decode_tok_s"] - 1) if best else None
+            played = " ".join(f"{arm}={n}" for arm, n in sorted(row["pulls"].items(), key=lambda x: -x[1])[:4])
+            lines.append([schedule, head, name, _fmt(row["decode_tok_s"]), _fmt(ratio, 1), played])
+    return "policies against the best fixed arm\n" + render(headers, lines)
 
 
 def comparison_table(before: list[dict], after: list[dict], change: str) -> str:
     headers = ["schedule", "head", "base tok/s", "what-if tok/s", "delta %", "base acc/prop", "what-if acc/prop"]
     lines = []
-    for b, a in zip(before, after):
+    pairs = []  # each what-if row with the base row of its schedule and head (a policy may drop schedules)
+    for a in after:
+        b = next((b for b in before if (b["schedule"], b["head"]) == (a["schedule"], a["head"])), None)
+        if b is not None:
+            pairs.append((b, a))
+    for b, a in pairs:
         delta = 100.0 * (a["decode_tok_s"] / b["decode_tok_s"] - 1) if b["decode_tok_s"] else None
         lines.append(
             [

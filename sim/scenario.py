@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
-from contracts.names import REGIME_OF_GRAPHS_FLAG, SPECULATIVE_SCHEDULES
+from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
+from contracts.policies import parse_drafters
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
@@ -34,7 +35,11 @@ NAMED_KEYS = (
     "prompt_len",
     "seed",
     "temperature",
+    "policy",
+    "drafter",
+    "arms_K",
 )
+DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms below the scenario's K (the largest)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class Scenario:
     seed: int = 0
     temperature: float = 0.0  # 0: greedy; > 0: speculative sampling, acceptance from the profile's beta
     edits: tuple = field(default_factory=tuple)
+    policies: tuple = ("fixed",)  # contracts.policies; `all` adds every fixed arm and the oracle
+    drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
+    arms_K: tuple = DEFAULT_ARMS_K
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -115,6 +123,12 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
         if not 0 <= temperature <= LIMITS["temperature"]:
             raise UsageError(f"{label}: expected a number in 0..{LIMITS['temperature']} (0 is greedy), got {value!r}")
         return replace(s, temperature=temperature)
+    if key == "policy":
+        return replace(s, policies=_policies(label, value))
+    if key == "drafter":
+        return replace(s, drafters=parse_drafters(value, label))
+    if key == "arms_K":
+        return replace(s, arms_K=tuple(sorted({_int(label, "K", v.strip(), 1) for v in value.split("+")})))
     if key == "schedule":
         return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
     if key == "head":
@@ -138,6 +152,13 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if not 0 <= number <= NUMBER_LIMIT:
         raise UsageError(f"{label}{op}{value}: must be a number in 0..{NUMBER_LIMIT:g}")
     return replace(s, edits=s.edits + ((key, op, number),))
+
+
+def _policies(label: str, value: str) -> tuple:
+    """Policies joined by '+'; `all` is every fixed arm, every online policy and the oracle."""
+    if value.strip() == "all":
+        return ("arms", *SIMULATED_POLICIES[1:])
+    return _choices(label, value, SIMULATED_POLICIES)
 
 
 def parse_change(text: str) -> tuple[str, str, str]:
@@ -218,12 +239,54 @@ def resolve(s: Scenario) -> Resolved:
     generations = _generations(s, source, profile)
     notes.append(f"acceptance: {source.describe()}")
     if s.temperature > 0:
+        if s.drafters != ("draft-model",):
+            raise UsageError(
+                f"temperature={s.temperature:g}: sampling is modeled for the draft-model drafter only "
+                f"(its beta curves); drafters given: {'+'.join(s.drafters)}"
+            )
         sources = {head: _sampled(profile, s.temperature, head, probes, notes) for head in s.heads}
     else:
         sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
     configs = [Config("baseline", s.heads[0], K, probes, placement)]
-    configs += [Config(sched, head, K, probes, placement) for sched in s.schedules for head in s.heads]
+    configs += [
+        replace(config, schedule=sched, head=head)
+        for sched in _schedules_for(s)
+        for head in s.heads
+        for config in _policy_configs(s, K, probes, placement)
+    ]
+    if isinstance(source, TraceReplay):
+        source.check_drafters(s.drafters)
+    elif s.drafters != ("draft-model",):
+        notes.append("drafters: a synthetic acceptance source gives every drafter the same acceptance")
+    profile.costs[regime].check_drafters(s.drafters)
     return Resolved(profile, regime, sources, generations, configs, notes)
+
+
+def _schedules_for(s: Scenario) -> tuple:
+    """The scenario's schedules; with a policy or a drafter other than a fixed draft model, the deferred
+    ones only (they read each round's accepted count at its end)."""
+    if s.policies == ("fixed",) and s.drafters == ("draft-model",):
+        return s.schedules
+    chosen = tuple(x for x in s.schedules if x in POLICY_SCHEDULES)
+    if not chosen:
+        raise UsageError(
+            f"policies and drafters other than a fixed draft model run on {' and '.join(POLICY_SCHEDULES)} only "
+            f"(asked: {', '.join(s.schedules)})"
+        )
+    return chosen
+
+
+def _policy_configs(s: Scenario, K: int, probes: int, placement: str) -> list[Config]:
+    """One configuration per policy; `arms` stands for every fixed arm, each its own configuration."""
+    Ks = tuple(k for k in s.arms_K if k < K)  # K is the largest, as in the decoder (its buffers' size)
+    base = Config("deferred", "dense", K, probes, placement, drafters=s.drafters, Ks=Ks)
+    configs = []
+    for policy in s.policies:
+        if policy == "arms":
+            configs += [replace(base, drafters=(a.drafter,), K=a.K, Ks=()) for a in base.arms()]
+        else:
+            configs.append(replace(base, policy=policy))
+    return configs
 
 
 def _generations(s: Scenario, source, profile: Profile) -> list[Generation]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from contracts.policies import Arm, Policy, arms, make_policy
+
 from .acceptance import Generation, leading_accepts
 from .costs import Costs
 
@@ -35,6 +37,14 @@ class Config:
     K: int
     probes: int
     placement: str
+    policy: str = "fixed"  # contracts.policies: what chooses each round's arm (drafter, K)
+    drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
+    Ks: tuple = ()  # the arms' K values besides K
+
+    def arms(self) -> tuple[Arm, ...]:
+        """The policy's arms: (first drafter, K) first, then every other (drafter, K) pair."""
+        first = Arm(self.drafters[0], self.K)
+        return (first, *(arm for arm in arms(self.drafters, (self.K, *self.Ks)) if arm != first))
 
 
 class DeviceStream:
@@ -98,6 +108,9 @@ class SimulatedRun:
     rounds: list = field(default_factory=list)
     events: list | None = None  # the event log, when asked for: (name, stream, tokens) per operation
     timeline: list | None = None  # intervals (stream, name, start, end, args) of launches made while a list
+    policy: Policy | None = None  # chooses each round's arm; lives across the run's generations
+    cached: dict = field(default_factory=dict)  # model drafter -> cache positions valid after its last round
+    read_end: float = 0.0  # when the last read's value reached the host (before its host gap)
 
     def __post_init__(self):
         self.target = DeviceStream(self.env, "target-device")
@@ -109,6 +122,8 @@ class SimulatedRun:
         self.cross_wait_ms = c.event_sync.device_ms() if self.two_devices else 0.0
         self.read_gap_ms = read_gap_ms(c, self.two_devices)
         self.memo = {}
+        if self.policy is None:
+            self.policy = make_policy(self.config.policy, self.config.arms(), seed=0)
 
     @property
     def two_devices(self) -> bool:
@@ -190,6 +205,7 @@ class SimulatedRun:
         before it ends. After the final read the generation is over."""
         self.log("sync", "target")
         yield from self.sync(*self.target.queued())
+        self.read_end = self.env.now
         if not final:
             yield from self.host_work(self.read_gap_ms, name="host_gap")
 
@@ -219,51 +235,81 @@ class SimulatedRun:
         phase = phase or ("verify" if name == "verify" else "finalize")
         return (yield from self.launch(self.target, {phase: device_ms}, host_ms))
 
-    def draft_steps(self, steps: int, context: int, first_tokens: int = 1):
+    def draft_steps(self, steps: int, context: int, first_tokens: int = 1, drafter: str = "draft-model"):
         """`Decoder.draft_steps`: `steps` draft steps (body then head each) issued back to back on
-        the draft stream, the first feeding `first_tokens` tokens after `context` cached ones, every
-        later one the previous proposal."""
+        the drafter's stream (the early-exit draft shares the target's device), the first feeding
+        `first_tokens` tokens after `context` cached ones, every later one the previous proposal."""
+        stream = self.draft if drafter == "draft-model" else self.target
+        name = "draft" if drafter == "draft-model" else "target"
         if self.events is not None:
-            self.events += [("draft_step", "draft", first_tokens)] + [("draft_step", "draft", 1)] * (steps - 1)
+            self.events += [("draft_step", name, first_tokens)] + [("draft_step", name, 1)] * (steps - 1)
         body_ms, head_ms, host_ms = self._cost(
-            ("draft", steps, context, first_tokens), lambda: self._draft_cost(steps, context, first_tokens)
+            ("draft", drafter, steps, context, first_tokens),
+            lambda: self._draft_cost(steps, context, first_tokens, drafter),
         )
         self.calls["draft_steps"] += steps
-        pieces = self._draft_pieces(steps, context, first_tokens) if self.timeline is not None else None
-        return (
-            yield from self.launch(self.draft, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces)
-        )
+        pieces = self._draft_pieces(steps, context, first_tokens, drafter) if self.timeline is not None else None
+        return (yield from self.launch(stream, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces))
 
-    def propose(self, context: int):
+    def propose(self, context: int, arm: Arm | None = None):
         """`Decoder.propose`: K draft steps from f, at position p = context - 1. The first feeds
-        [prev, f] at p - 1 (2 tokens after p - 1 cached ones), the next ones d1..d(K-1) at p + 1.."""
-        return (yield from self.draft_steps(self.config.K, context - 2, first_tokens=2))
+        [prev, f] at p - 1 (2 tokens after p - 1 cached ones), the next ones d1..d(K-1) at p + 1..
+        A model drafter idle since an earlier round first feeds every token its cache missed.
+        Prompt lookup instead searches the context on the target device (one `lookup`)."""
+        arm = arm or Arm("draft-model", self.config.K)
+        if arm.drafter == "prompt-lookup":
+            lookup = self.costs.lookup
+            self.log("lookup", "target", arm.K)
+            self.calls["lookups"] += 1
+            return (
+                yield from self.launch(
+                    self.target, {"draft_body": lookup.device_ms(context=context)}, lookup.host_ms(context=context)
+                )
+            )
+        first = max(2, context - self.cached.get(arm.drafter, context - 2))
+        if first > 2 and arm.drafter == "draft-model":  # catching up: the missed tokens go to the draft device
+            yield from self.copy_tokens("target", first)
+        return (yield from self.draft_steps(arm.K, context - first, first_tokens=first, drafter=arm.drafter))
+
+    def drafted(self, arm: Arm, context: int, accepted: int) -> None:
+        """After a round: the drafter's cache holds f and the proposals it fed that were accepted."""
+        if arm.drafter != "prompt-lookup":
+            self.cached[arm.drafter] = context + min(accepted, arm.K - 1)
 
     @staticmethod
     def _draft_points(steps: int, context: int, first_tokens: int) -> list[tuple[int, int]]:
         """Step j's (n_tokens, context): a profile without an n_tokens axis costs every step as one token."""
         return [(first_tokens, context)] + [(1, context + first_tokens + j - 1) for j in range(1, steps)]
 
-    def _draft_pieces(self, steps: int, context: int, first_tokens: int) -> list[tuple[str, float, float]]:
+    def _drafter_costs(self, drafter: str):
+        """(body cost, head cost, head axes) of one step of a model drafter."""
+        if drafter == "early-exit":
+            return self.costs.early_exit_body, self.costs.early_exit_head, {}
+        return self.costs.draft_body, self.costs.head(self.config.head), {"probes": self.config.probes}
+
+    def _draft_pieces(
+        self, steps: int, context: int, first_tokens: int, drafter: str
+    ) -> list[tuple[str, float, float]]:
         """The timeline's pieces of `draft_steps`: body, then head, per step, (name, device_ms, host_ms)."""
-        body, head, p = self.costs.draft_body, self.costs.head(self.config.head), self.config.probes
-        head_ms = (0.0, 0.0) if self.free_head else (head.device_ms(probes=p), head.host_ms(probes=p))
+        body, head, axes = self._drafter_costs(drafter)
+        free = self.free_head and drafter == "draft-model"
+        head_ms = (0.0, 0.0) if free else (head.device_ms(**axes), head.host_ms(**axes))
         pieces = []
         for n, c in self._draft_points(steps, context, first_tokens):
             pieces += [
                 ("draft_body", body.device_ms(n_tokens=n, context=c), body.host_ms(n_tokens=n, context=c)),
-                ("draft_head", head_ms[0], 0.0 if self.free_head else head_ms[1]),
+                ("draft_head", head_ms[0], head_ms[1]),
             ]
         return pieces
 
-    def _draft_cost(self, steps: int, context: int, first_tokens: int):
-        body, head, p = self.costs.draft_body, self.costs.head(self.config.head), self.config.probes
+    def _draft_cost(self, steps: int, context: int, first_tokens: int, drafter: str):
+        body, head, axes = self._drafter_costs(drafter)
         points = self._draft_points(steps, context, first_tokens)
         body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
         host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
-        if self.free_head:
+        if self.free_head and drafter == "draft-model":
             return body_ms, 0.0, host_ms
-        return body_ms, steps * head.device_ms(probes=p), host_ms + steps * head.host_ms(probes=p)
+        return body_ms, steps * head.device_ms(**axes), host_ms + steps * head.host_ms(**axes)
 
     def prefill(self, generation: Generation, with_draft: bool):
         t, L = self.costs.target_prefill, generation.prompt_len
@@ -275,7 +321,7 @@ class SimulatedRun:
             yield from self.launch(self.draft, {"initial": d.device_ms(prompt_len=L)}, d.host_ms(prompt_len=L))
         yield from self.sync(target_done, phase="prefill")  # the first token belongs to TTFT
 
-    def record(self, generation, index, K, accepted, emitted, skipped, context, lookahead=None):
+    def record(self, generation, index, K, accepted, emitted, skipped, context, lookahead=None, arm=None):
         self.rounds.append(
             {
                 "prompt_id": generation.prompt_id,
@@ -287,6 +333,7 @@ class SimulatedRun:
                 "verify_skipped": skipped,
                 "context": context,
                 "lookahead_used": lookahead,
+                "drafter": arm.drafter if arm else ("draft-model" if K else None),
             }
         )
 
@@ -367,27 +414,36 @@ def pipelined(m, g, block):
 
 
 def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
-    K, context, pos, remaining = m.config.K, g.prompt_len + 1, 0, g.decode_tokens
+    context, pos, remaining = g.prompt_len + 1, 0, g.decode_tokens
     ready, index = False, 0  # ready: the look-ahead already proposed this round's block
+    arm = m.policy.choose() if remaining > 0 else None
     while remaining > 0:  # every round reads n, so the host always knows it
+        start, K, played = m.env.now, arm.K, arm
+        on_draft = arm.drafter == "draft-model"
         if not ready:
-            yield from m.propose(context)  # draft_step x K
-            yield from m.copy_tokens("draft", K)
+            yield from m.propose(context, arm)  # draft_step x K (prompt lookup: one lookup)
+            if on_draft:
+                yield from m.copy_tokens("draft", K)
         yield from m.target_forward("verify", K + 1, context - 1)  # over [f, d1..dK]
-        matches = block(pos, K)
+        matches = block(pos, K, arm.drafter)
         accepted = leading_accepts(matches, K)
         used = None
-        if lookahead:  # the draft goes on as if the whole block will be accepted: e1..e(K+1)
+        ahead = lookahead and on_draft  # only the draft model looks ahead: the others share the target's device
+        if ahead:  # the draft goes on as if the whole block will be accepted: e1..e(K+1)
             yield from m.draft_steps(K + 1, context + K - 1)
             yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
         yield from m.read()  # n, and with the look-ahead whether it is used
-        if lookahead:
+        if ahead:
             used = accepted == K and bool(matches[K])
-        if not used:  # f goes to the draft, which drafts from it (its cache cropped there)
-            yield from m.copy_tokens("target", 3)
-        ready = bool(used)
         emitted = min(accepted + 1, remaining)
-        m.record(g, index, K, accepted, emitted, False, context, used)
+        m.policy.update(arm, accepted, emitted, m.read_end - start)
+        m.drafted(arm, context, K if used else accepted)
+        if not used:  # the next round's arm; f goes to the draft model when it drafts next
+            arm = m.policy.choose() if remaining > emitted else arm
+            if arm.drafter == "draft-model":
+                yield from m.copy_tokens("target", 3)
+        ready = bool(used)
+        m.record(g, index, K, accepted, emitted, False, context, used if lookahead else None, arm=played)
         index += 1
         pos, context, remaining = pos + accepted + 1, context + accepted + 1, remaining - emitted
     if index:

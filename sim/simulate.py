@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import simpy
 
 from contracts.names import SIMULATED_PHASES
+from contracts.policies import Arm, Policy, make_policy
 
 from .acceptance import Generation
 from .costs import Costs
@@ -22,9 +24,11 @@ def _run(
     free_head: bool = False,
     events: bool = False,
     timeline: bool = False,
+    policy: Policy | None = None,
 ) -> dict:
     env = simpy.Environment()
-    m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None)
+    policy = policy or make_policy(config.policy, config.arms(), seed)
+    m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None, policy=policy)
     ttft, decode, recorded = [], [], {}
 
     def host_thread():
@@ -34,6 +38,8 @@ def _run(
                 if timeline and index == 0:  # record the first generation's launches, from its prefill on
                     m.timeline = recorded["intervals"] = []
                 start = env.now
+                m.cached = {}  # a new generation: every drafter's cache is refilled by its prefill
+                m.policy.begin(g.prompt_id)
                 yield from m.prefill(g, with_draft=config.schedule != "baseline")
                 ttft.append(env.now - start)
                 first = env.now
@@ -63,15 +69,23 @@ def simulate(
     ceiling: bool = True,
     events: bool = False,
     timeline: bool = False,
+    policy: Policy | None = None,
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
+    The `oracle` policy first simulates every fixed arm, then plays for each generation the arm that
+    decoded it fastest (the best fixed arm in hindsight, per generation).
+
     `events`: also return the event log of every generation in turn (`result["events"]`: one
     `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them).
+    `policy`: a policy object to play instead of a fresh `config.policy` (its state carries over).
     `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
     start; its prefills before it)."""
-    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline)
+    choices = _oracle_arms(costs, config, source, generations, seed) if config.policy == "oracle" else None
+    given = policy
+    policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: given)
+    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline, policy=policy())
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
@@ -101,9 +115,13 @@ def simulate(
         "phase_share": {p: v / decode_ms if decode_ms else 0.0 for p, v in phases.items()},
         "draft_path_share": (phases["draft_body"] + phases["draft_head"]) / decode_ms if decode_ms else 0.0,
         "rounds_detail": m.rounds,
+        "policy": config.policy,
+        "arm": "+".join(config.drafters) if config.policy != "fixed" else f"{config.drafters[0]}:K{config.K}",
+        "pulls": {arm.label(): n for arm, n in m.policy.pulls.items() if n},
+        "generation_ms": run["decode"],
     }
     if ceiling and config.schedule != "baseline":
-        free = _run(costs, config, source, generations, seed, free_head=True)
+        free = _run(costs, config, source, generations, seed, free_head=True, policy=policy())
         free_ms = sum(free["decode"])
         result["head_only_tok_s"] = 1000.0 * tokens / free_ms if free_ms else 0.0
         result["head_only_ratio"] = (
@@ -116,3 +134,30 @@ def simulate(
     if timeline:
         result["timeline"] = run["timeline"]
     return result
+
+
+class Oracle(Policy):
+    """The best fixed arm in hindsight for each generation (`best`: prompt id -> arm)."""
+
+    name = "oracle"
+
+    def __init__(self, choices, seed: int = 0, best: dict | None = None):
+        super().__init__(choices, seed)
+        self.best, self.arm = best or {}, choices[0]
+
+    def begin(self, prompt_id: str) -> None:
+        self.arm = self.best[prompt_id]
+        self.pulls.setdefault(self.arm, 0)
+        self.rewards.setdefault(self.arm, 0.0)
+
+    def choose(self) -> Arm:
+        return self.arm
+
+
+def _oracle_arms(costs: Costs, config: Config, source, generations: list[Generation], seed: int) -> dict:
+    """Per generation, the fixed arm that decoded it in the least time (ties: the first arm)."""
+    times = {}
+    for arm in config.arms():
+        fixed = replace(config, policy="fixed", drafters=(arm.drafter,), K=arm.K, Ks=())
+        times[arm] = _run(costs, fixed, source, generations, seed)["decode"]
+    return {g.prompt_id: min(times, key=lambda arm: times[arm][i]) for i, g in enumerate(generations)}

@@ -31,6 +31,8 @@ TINY = [
     "24",
     "--probes",
     "1,2,8,32",
+    "--early-exit-layers",
+    "1",
 ]
 
 
@@ -86,6 +88,24 @@ def test_sim_runs_on_the_measured_profile(measured, capsys):
 
     assert sim_main(["--profile", str(measured), "--acceptance", "0.5", "--no-ceiling", "--what-if", "probes=2"]) == 0
     assert "tiny-qwen3 (synthetic)" in capsys.readouterr().out
+
+
+def test_the_drafters_costs_are_measured_and_the_simulator_plays_them(measured, capsys):
+    from sim.__main__ import main as sim_main
+
+    draft = json.loads(measured.read_text())["regimes"]["eager"]["draft"]
+    assert [p["context"] for p in draft["lookup_ms"]["points"]] == [16, 48]
+    assert sorted({(p["n_tokens"], p["context"]) for p in draft["early_exit_body_ms"]["points"]}) == [
+        (1, 16),
+        (1, 48),
+        (2, 16),
+        (2, 48),
+    ]
+    assert draft["early_exit_head_ms"]["median_ms"] > 0
+    argv = ["--profile", str(measured), "--acceptance", "0.5", "--no-ceiling", "--schedule", "deferred"]
+    assert sim_main([*argv, "--drafter", "draft-model+prompt-lookup+early-exit", "--policy", "all", "--K", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed early-exit:K3" in out and "oracle draft-model+prompt-lookup+early-exit" in out
 
 
 @pytest.mark.parametrize(

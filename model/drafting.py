@@ -1,0 +1,129 @@
+"""The arms a decoder can play each round (drafter, K), and the policy that picks them.
+
+Three drafters propose a block of K tokens; verification is the same for all, so the output is the
+target's greedy output whichever proposes:
+- `draft-model`: the decoder's draft model, on the draft device (the proposals are copied over);
+- `early-exit`: the target's first L layers, its final norm and its head (model/early_exit.py), on the
+  target's device; it shares the target's weights but keeps its own KV cache;
+- `prompt-lookup`: the tokens that followed an earlier occurrence of the context's last n-gram
+  (model/prompt_lookup.py), searched on the target device with no host sync.
+A model drafter that sat out some rounds first feeds every token its cache missed (from the output
+buffer, where the host knows how many there are), so its proposals condition on the true context.
+
+The policy (contracts.policies) sees, after each round, the arm played, the tokens emitted and the
+host's time from the round's start to its read. Policies run on the deferred schedules only
+(contracts.names.POLICY_SCHEDULES): they read each round's accepted count at its end, where the
+ordinary schedules learn it a round late. Only the draft model looks ahead (pipelined-deferred):
+the other drafters share the target's device, so there is nothing to overlap.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from contracts import UsageError
+from contracts.names import POLICY_SCHEDULES
+from contracts.policies import Arm, Policy, make_policy
+from model.graphs import GraphedCall
+from model.heads import DenseHead
+from model.prompt_lookup import lookup
+
+
+class Drafting:
+    """`policy` over arms whose K is at most the decoder's K; `early`: the early-exit draft, its cache
+    set up on the target's device; `lookup_ngram`: prompt lookup's max_matching_ngram_size."""
+
+    def __init__(self, policy: Policy, early=None, lookup_ngram: int = 2):
+        if lookup_ngram < 1:
+            raise UsageError(f"prompt lookup's max_matching_ngram_size must be >= 1, got {lookup_ngram}")
+        self.policy, self.early, self.lookup_ngram = policy, early, lookup_ngram
+        self.started = 0.0
+
+    def attach(self, dec, graphs: bool) -> Drafting:
+        """Bind to a decoder: check every arm can be played there and add the early-exit stepper."""
+        self.dec = dec
+        # a catch-up feeds up to a cache's worth of tokens in one step: positions for all of them
+        room = max(m.max_seq_len for m in (dec.target, dec.draft, self.early) if m is not None)
+        if room > dec.positions.numel():
+            dec.positions = torch.arange(room, device=dec.target_device)
+            dec.positions_on_draft = dec.positions.to(dec.draft_device)
+        for arm in self.policy.arms:
+            if not 1 <= arm.K <= dec.K:
+                raise UsageError(f"arm {arm.label()}: K must be in 1..{dec.K} (the decoder's K sizes its buffers)")
+            if arm.drafter == "draft-model" and dec.draft is None:
+                raise UsageError(f"arm {arm.label()}: the decoder has no draft model")
+            if arm.drafter == "early-exit" and self.early is None:
+                raise UsageError(f"arm {arm.label()}: no early-exit draft was given")
+        if self.early is not None:
+            self.head = DenseHead(dec.target.head_weight)
+            dec.steppers["early-exit"] = (
+                GraphedCall(self._early_body, enabled=graphs),
+                GraphedCall(self._early_head, enabled=graphs),
+                dec.target_device,
+                "target",
+            )
+        return self
+
+    def _early_body(self, tokens: torch.Tensor, start: torch.Tensor):
+        n = tokens.shape[1]
+        hidden = self.early.forward_hidden(tokens, start + self.dec.positions[:n])
+        return hidden[0, -1:], start + n
+
+    def _early_head(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.head.argmax(hidden)
+
+    def check(self, schedule: str) -> None:
+        if schedule not in POLICY_SCHEDULES:
+            raise UsageError(
+                f"schedule {schedule}: policies and drafters run on {' and '.join(POLICY_SCHEDULES)} only "
+                "(they read each round's accepted count at its end)"
+            )
+
+    def prefill(self, prompt: torch.Tensor, prompt_len: int) -> None:
+        """The early-exit draft's prefill (the draft model's is the decoder's own)."""
+        if self.early is not None:
+            with self.dec.clock.span("initial", self.dec.target_device):
+                self.early.forward_hidden(prompt, torch.arange(prompt_len, device=self.dec.target_device))
+
+    def reset(self) -> None:
+        """A fresh policy of the same kind over the same arms (each schedule's recorded generations
+        start from nothing learned, as each simulated configuration does)."""
+        self.policy = make_policy(self.policy.name, self.policy.arms, self.policy.seed)
+
+    # --- per round ---------------------------------------------------------------------------------
+    def choose(self) -> Arm:
+        return self.policy.choose()
+
+    def begin(self) -> None:
+        """The round starts now (its time runs to its read)."""
+        self.started = time.perf_counter()
+
+    def propose(self, run, arm: Arm) -> torch.Tensor:
+        """The arm's K proposals, on its drafter's device."""
+        dec, context = self.dec, run.prompt_len + run.least  # the host knows n: every deferred round reads it
+        if arm.drafter == "prompt-lookup":
+            dec._event("lookup", "target", arm.K)
+            with dec.clock.phase("draft_body", dec.target_device):
+                return lookup(torch.cat([run.prompt, run.out]), run.n + run.prompt_len, arm.K, self.lookup_ngram)
+        first = max(2, context - run.cached.get(arm.drafter, context - 2))
+        device = dec.steppers[arm.drafter][2]
+        cursor = run.cursor if device == dec.target_device else run.draft_cursor
+        if first == 2:
+            tokens = cursor[:2].view(1, 2)
+        else:  # catch up: the tokens at positions context - first .. context - 1, from the output buffer
+            begin = run.least - first
+            tokens = run.out[begin : begin + first].view(1, first)
+            if arm.drafter == "draft-model" and dec.copies:  # as Decoder.to_draft: a real copy only
+                dec._event("copy_tokens", "target", first)
+                with dec.clock.span("copy_tokens", dec.target_device):
+                    tokens = tokens.to(device, non_blocking=True)
+        return dec.draft_steps(tokens, cursor[2:3] - (first - 1), arm.K, arm.drafter)
+
+    def observe(self, run, arm: Arm, context: int, before: int, accepted_or_ahead: int) -> None:
+        """After the round's read (n known): the policy's update and the drafter's cache bookkeeping."""
+        emitted = min(run.least, run.max_new) - before
+        self.policy.update(arm, run.least - before - 1, emitted, (time.perf_counter() - self.started) * 1e3)
+        if arm.drafter != "prompt-lookup":
+            run.cached[arm.drafter] = context + min(accepted_or_ahead, arm.K - 1)

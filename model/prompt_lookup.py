@@ -1,0 +1,67 @@
+"""Prompt-lookup drafting with Hugging Face's semantics, on the device and without a host sync.
+
+Hugging Face's `PromptLookupCandidateGenerator` (`prompt_lookup_num_tokens` K,
+`max_matching_ngram_size` G): for n from min(G, length - 1) down to 1, take the context's last n
+tokens, find their first occurrence in the context whose continuation starts before the context's
+end, and propose up to K tokens that followed it; the first n that has such an occurrence wins.
+Our blocks have a fixed size K (fixed shapes, CUDA graphs), so where that gives fewer than K tokens
+(the continuation reaches the context's end, or no n-gram recurs) the block is filled with the
+context's last token. The filler is only a proposal: verification keeps the output exact.
+
+`lookup` runs on a fixed-size token buffer with the valid length as a device tensor: every n-gram
+size and every start is compared at once, so the host never waits for it. `lookup_reference` is the
+same rule in plain Python (the tests hold them equal); `match_runs` uses it to record, for every
+output position, how many proposals a block begun there would have had accepted (the trace's `runs`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.trace import RUN_CAP
+
+
+def lookup(tokens: torch.Tensor, length: torch.Tensor, K: int, max_ngram: int) -> torch.Tensor:
+    """tokens [capacity] (valid up to `length`, a [1] long tensor on the same device) -> K proposals."""
+    capacity = tokens.numel()
+    index = torch.arange(capacity, device=tokens.device)
+    last = (length - 1).clamp(min=0)
+    best_start = torch.full_like(length, -1)
+    for n in range(1, min(max_ngram, capacity) + 1):  # the largest n with an occurrence wins: written last
+        tail = tokens[(length - n + torch.arange(n, device=tokens.device)).clamp(min=0)]  # the last n tokens
+        starts = index[: capacity - n + 1]
+        windows = tokens.unfold(0, n, 1)  # [capacity - n + 1, n]
+        ok = (windows == tail).all(1) & (starts + n < length) & (length > n)
+        first = torch.where(ok, starts, capacity).min().view(1)
+        best_start = torch.where(first < capacity, first + n, best_start)
+    positions = best_start + torch.arange(K, device=tokens.device)
+    valid = (best_start >= 0) & (positions < length)
+    return torch.where(valid, tokens[positions.clamp(0, capacity - 1)], tokens[last])
+
+
+def lookup_reference(context: list[int], K: int, max_ngram: int) -> list[int]:
+    """The same proposals in plain Python, written as Hugging Face's loop."""
+    length = len(context)
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        tail = context[-n:]
+        for start in range(length - n + 1):
+            if context[start : start + n] == tail and start + n < length:
+                chosen = context[start + n : start + n + K]
+                return chosen + [context[-1]] * (K - len(chosen))
+    return [context[-1]] * K
+
+
+def match_runs(prompt: list[int], tokens: list[int], max_ngram: int, cap: int = RUN_CAP) -> list[int]:
+    """For each decode position q (output token q + 1, the first token being output token 0): how many
+    of a prompt-lookup block begun there the target accepts, i.e. the leading proposals equal to the
+    target's tokens, counting at most `cap`."""
+    runs = []
+    for q in range(1, len(tokens)):
+        context = prompt + tokens[:q]
+        wanted = tokens[q : q + cap]
+        proposals = lookup_reference(context, len(wanted), max_ngram)
+        run = 0
+        while run < len(wanted) and proposals[run] == wanted[run]:
+            run += 1
+        runs.append(run)
+    return runs

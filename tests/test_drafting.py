@@ -1,0 +1,162 @@
+"""Drafters and policies in the real decoder (CPU, tiny presets): the output is exactly target-only
+greedy under every drafter and policy on the schedules that take them, each round records its arm,
+and the policy's bookkeeping matches the rounds."""
+
+import pytest
+
+from contracts import UsageError
+from contracts.policies import Arm, arms, make_policy
+from contracts.trace import check_trace_line
+from model.decoder import Decoder
+from model.drafting import Drafting
+from model.early_exit import early_exit
+from model.heads import DenseHead
+from model.loading import load_model
+from model.trace import trace_lines
+
+PROMPTS = {"short": list(b"Hi there"), "repeats": list(b"abcabcabcabc abc")}
+MAX_NEW, ROOM, K = 20, 96, 3
+DRAFTERS = ("draft-model", "prompt-lookup", "early-exit")
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
+    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
+    early = early_exit(target, 1)
+    early.setup_cache(ROOM, "cpu")
+    reference = Decoder(target, K=1, graphs=False, phases=False)
+    references = {name: reference.reference(ids, MAX_NEW) for name, ids in PROMPTS.items()}
+    return target, draft, early, references
+
+
+def _decoder(models, policy, drafters=DRAFTERS, Ks=(1, 2, 3)):
+    target, draft, early, _ = models
+    choices = (Arm(drafters[0], K), *(a for a in arms(drafters, Ks) if a != Arm(drafters[0], K)))
+    drafting = Drafting(make_policy(policy, choices, seed=0), early=early, lookup_ngram=2)
+    return Decoder(target, draft, DenseHead(draft.head_weight), K=K, graphs=False, drafting=drafting)
+
+
+CASES = [("fixed", (d,)) for d in DRAFTERS] + [(p, DRAFTERS) for p in ("heuristic", "ucb1", "thompson")]
+
+
+@pytest.mark.parametrize("schedule", ["deferred", "pipelined-deferred"])
+@pytest.mark.parametrize("policy,drafters", CASES, ids=[f"{p}-{'+'.join(d)}" for p, d in CASES])
+def test_output_is_target_greedy_under_every_drafter_and_policy(models, schedule, policy, drafters):
+    dec = _decoder(models, policy, drafters)
+    played = []
+    for name, ids in PROMPTS.items():
+        generation = dec.generate(ids, MAX_NEW, schedule)
+        assert generation.tokens == models[3][name], (name, policy, drafters)
+        for line in trace_lines(generation, prompt_id=name, schedule=schedule, head="dense", K=K):
+            check_trace_line(line)
+        played += [(r.drafter, r.proposed) for r in generation.rounds]
+        assert sum(r.emitted for r in generation.rounds) == MAX_NEW - 1
+    policy_state = dec.drafting.policy
+    # a look-ahead round reuses the previous round's block but is still a round the policy observes
+    assert sum(policy_state.pulls.values()) == len(played)
+    assert sorted((a.drafter, a.K) for a, _, _ in policy_state.history) == sorted(played)
+    if policy == "fixed":
+        assert {d for d, _ in played} == {drafters[0]}
+    if policy in ("ucb1", "thompson"):  # every arm is tried once before any is repeated
+        assert {d for d, _ in played} == set(DRAFTERS)
+
+
+def test_prompt_lookup_proposes_what_followed_and_is_accepted_on_repeating_output(models):
+    """Not vacuous: on the tiny target (which loops), prompt lookup's blocks are accepted."""
+    dec = _decoder(models, "fixed", ("prompt-lookup",))
+    generation = dec.generate(PROMPTS["repeats"], MAX_NEW, "deferred")
+    assert generation.tokens == models[3]["repeats"]
+    assert sum(r.accepted for r in generation.rounds) > 0
+
+
+def test_policies_are_refused_on_the_ordinary_schedules_and_arms_past_K(models):
+    dec = _decoder(models, "ucb1")
+    with pytest.raises(UsageError, match="run on deferred and pipelined-deferred only"):
+        dec.generate(PROMPTS["short"], 4, "ordinary")
+    with pytest.raises(UsageError, match="K must be in 1..3"):
+        _decoder(models, "ucb1", Ks=(1, 5))
+
+
+class RoundRobin:
+    """A time-independent policy for the event comparison: the arms in turn (exercises every
+    drafter switch and the catch-up of idle model drafters)."""
+
+    def __new__(cls, choices):
+        from contracts.policies import Policy
+
+        class Cycle(Policy):
+            name = "round-robin"
+
+            def choose(self):
+                return self.arms[len(self.history) % len(self.arms)]
+
+        return Cycle(choices)
+
+
+class RecordedRounds:
+    """The decoder's rounds as an acceptance source: the round begun at a position accepts what it did."""
+
+    def __init__(self, generations, rounds):
+        self.generations, self.rounds = generations, rounds
+
+    def stream(self, generation, seed):
+        outcome, pos = {}, 0
+        for r in self.rounds[generation.prompt_id]:
+            outcome[pos] = (r.accepted, r.lookahead_used)
+            pos += r.accepted + 1
+
+        def block(pos, K, drafter=None):
+            accepted, used = outcome[pos]
+            return [True] * accepted + [False] * (K - accepted) + [bool(used)]
+
+        return block
+
+
+@pytest.mark.parametrize("schedule", ["deferred", "pipelined-deferred"])
+def test_decoder_and_simulator_log_the_same_events_while_switching_drafters(models, schedule):
+    from model.decoder import Decoder as Dec
+    from sim.acceptance import Generation
+    from sim.profile import Profile
+    from sim.schedules import Config
+    from sim.simulate import simulate
+    from tests.sim_fixtures import timing, tiny_profile
+
+    choices = (Arm("draft-model", 3), Arm("prompt-lookup", 2), Arm("early-exit", 1), Arm("early-exit", 3))
+    for placement, copies in (("one-gpu", False), ("two-gpu", True)):
+        target, draft, early, references = models
+        dec = Decoder(
+            target,
+            draft,
+            DenseHead(draft.head_weight),
+            K=K,
+            graphs=False,
+            drafting=Drafting(RoundRobin(choices), early=early),
+        )
+        dec.events, rounds, generations = [], {}, []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Dec, "copies", property(lambda self, copies=copies: copies))
+            for name, ids in PROMPTS.items():
+                generation = dec.generate(ids, MAX_NEW, schedule)
+                assert generation.tokens == references[name]
+                rounds[name] = generation.rounds
+                generations.append(Generation(name, len(ids), generation.decode_tokens))
+        profile = tiny_profile(placement)
+        draft_costs = profile["regimes"]["eager"]["draft"]
+        draft_costs.update(lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5))
+        result = simulate(
+            Profile(profile, "parity").costs["eager"],
+            Config(schedule, "dense", K, 4, placement, drafters=DRAFTERS),
+            RecordedRounds(generations, rounds),
+            generations,
+            ceiling=False,
+            events=True,
+            policy=RoundRobin(choices),
+        )
+        simulated = [(d["drafter"], d["proposed"], d["accepted"]) for d in result["rounds_detail"]]
+        assert simulated == [(r.drafter, r.proposed, r.accepted) for name in PROMPTS for r in rounds[name]]
+        assert result["events"] == dec.events, placement
+        names = {e[0] for e in dec.events}
+        assert {"lookup", "draft_step", "verify"} <= names and (("copy_tokens" in names) == copies)
+        # a catch-up step (an idle model drafter feeding the tokens it missed) happened
+        assert any(e[0] == "draft_step" and e[2] > 2 for e in dec.events)

@@ -1,0 +1,72 @@
+"""Prompt lookup: the device's vectorized search equals Hugging Face's loop (lookup_reference), and
+the match runs recorded for the trace are the leading agreements of each block."""
+
+import random
+
+import torch
+
+from model.prompt_lookup import lookup, lookup_reference, match_runs
+
+
+def test_device_lookup_equals_the_reference_loop():
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(300):
+        vocab = rng.choice([2, 3, 5, 50])
+        length = rng.randint(1, 40)
+        context = [rng.randrange(vocab) for _ in range(length)]
+        capacity = length + rng.randint(0, 8)
+        buffer = torch.tensor(context + [rng.randrange(vocab) for _ in range(capacity - length)])
+        K, G = rng.randint(1, 6), rng.randint(1, 4)
+        got = lookup(buffer, torch.tensor([length]), K, G).tolist()
+        assert got == lookup_reference(context, K, G), (context, K, G)
+        checked += 1
+    assert checked == 300
+
+
+def test_reference_examples_by_hand():
+    # the last 2-gram [1, 2] occurs first at 0: propose what followed it
+    assert lookup_reference([1, 2, 3, 4, 1, 2], 3, 2) == [3, 4, 1]
+    # no 2-gram recurs, the 1-gram [9] does: its first occurrence's continuation, cut at the end and filled
+    assert lookup_reference([9, 7, 5, 9], 4, 2) == [7, 5, 9, 9]
+    # nothing recurs: the last token repeated
+    assert lookup_reference([1, 2, 3], 2, 3) == [3, 3]
+    # negative control: a wrong rule (the most recent occurrence) differs here
+    assert lookup_reference([1, 2, 5, 1, 2, 6, 1, 2], 1, 2) == [5]
+
+
+def test_match_runs_count_leading_agreements():
+    prompt = [1, 2, 3, 4]
+    tokens = [1, 2, 3, 4, 7]  # copies the prompt, then departs
+    runs = match_runs(prompt, tokens, max_ngram=2)
+    # at q=1 the context ends ...4,1: [4, 1] never recurs, [1] first at 0 -> proposes 2, 3, 4, 1, ...
+    assert runs[0] == 3  # 2, 3, 4 agree, then 7 != 1
+    assert len(runs) == len(tokens) - 1
+    assert runs[-1] == 0
+
+
+def test_trace_lines_split_the_runs_by_round_and_the_simulator_replays_them(tmp_path):
+    from contracts.trace import read_trace, write_trace
+    from model.trace import Generation, Round, trace_lines
+    from sim.acceptance import TraceReplay
+    from sim.trace import rounds_by_prompt
+
+    prompt, tokens = [5, 6, 7, 8], [5, 6, 7, 8, 9, 5, 6]
+    rounds = [Round(2, 0, 1, False, 5), Round(2, 2, 3, False, 6), Round(2, 1, 2, False, 9)]
+    runs = match_runs(prompt, tokens, max_ngram=2)
+    lines = trace_lines(
+        Generation(tokens, rounds, 1.0, 1.0, 3, 1),
+        prompt_id="p",
+        schedule="deferred",
+        head="dense",
+        K=2,
+        runs={"prompt-lookup": runs},
+    )
+    assert [x for line in lines for x in line["runs"]["prompt-lookup"]] == runs
+    write_trace(tmp_path / "t.jsonl", lines)
+    assert read_trace(tmp_path / "t.jsonl") == lines
+    source = TraceReplay(*rounds_by_prompt(tmp_path / "t.jsonl")[:1], "dense", None)
+    assert source.drafters == ("draft-model", "prompt-lookup")
+    block = source.stream(source.generations[0], 0)
+    for pos, run in enumerate(runs):
+        assert block(pos, 2, "prompt-lookup") == [j < run for j in range(3)]
