@@ -123,16 +123,18 @@ class DraftStandIn(nn.Module):
         return self.head_weight.expand(1, tokens.shape[1], 1)
 
 
-def init(placement: str) -> tuple[TensorParallel, torch.device]:
+def init(placement: str, command: str = "model") -> tuple[TensorParallel, torch.device]:
     """Joins the process group of a `tpN` placement (launched by torchrun: RANK, WORLD_SIZE, LOCAL_RANK
-    and the rendezvous in the environment); this rank's TensorParallel and device. NCCL on GPUs (one
+    and the rendezvous in the environment; `command` is the module it runs, for the error message);
+    this rank's TensorParallel and device. NCCL on GPUs (one
     per rank), gloo on the CPU."""
     world = tensor_parallel_size(placement)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched != world:
         raise UsageError(
             f"placement {placement} runs one process per GPU: launch with "
-            f"torchrun --nproc-per-node {world} -m model ... (this run has {launched} process{'es' * (launched > 1)})"
+            f"torchrun --nproc-per-node {world} -m {command} ... "
+            f"(this run has {launched} process{'es' * (launched > 1)})"
         )
     local = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
