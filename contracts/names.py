@@ -20,6 +20,18 @@ POLICY_SCHEDULES = ("deferred", "pipelined-deferred")
 
 # Where the two models run: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU.
 PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
+# And "tpN" (N >= 2): the target tensor-parallel over N GPUs, one process per GPU (launched by torchrun),
+# with the draft on rank 0's GPU. `python -m model` takes it; the profile and the simulator do not yet.
+TENSOR_PARALLEL_PLACEMENT = "tpN"
+
+
+def tensor_parallel_size(placement: str) -> int | None:
+    """N of a tensor-parallel placement "tpN" (N >= 2 written plainly, e.g. tp2), else None."""
+    ranks = placement.removeprefix("tp")
+    if placement.startswith("tp") and ranks.isdigit() and ranks == str(int(ranks)) and int(ranks) >= 2:
+        return int(ranks)
+    return None
+
 
 # Phases of a decode round, as traces record them and the simulator charges them. `finalize` is
 # every standalone target append; `sync` host reads and cross-device waits; `other` the rest of a

@@ -87,7 +87,8 @@ def parse_args(argv) -> argparse.Namespace:
         "--placement",
         default=None,
         help=f"{', '.join(PLACEMENTS)}: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU "
-        "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+        "(default: two-gpu with 2 GPUs, one-gpu with 1, else cpu); or tpN: the target tensor-parallel over N "
+        "GPUs with the draft on rank 0's, launched as torchrun --nproc-per-node N -m model ...",
     )
     add("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)")
     add("--graphs", default="on", choices=["on", "off"], help="replay steps as CUDA graphs (on GPU; default on)")
@@ -187,6 +188,8 @@ def run(args) -> int:
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
     results = _decode(decoder, schedules, prompts, ids, references, control, args)
+    if not pair.writes_outputs:  # a tensor-parallel rank without the draft: rank 0 reports
+        return 0
     config = {
         "target": args.target,
         "draft": args.draft if speculative else None,

@@ -1,4 +1,4 @@
-"""Architecture of a Qwen3 or Gemma3 decoder, read from a Hugging Face config.json or a preset."""
+"""Architecture of a Qwen3, Gemma3 or Llama 3 decoder, read from a Hugging Face config.json or a preset."""
 
 from __future__ import annotations
 
@@ -6,12 +6,33 @@ from dataclasses import dataclass
 
 from contracts import UsageError
 
-ARCHS = ("qwen3", "gemma3")
+ARCHS = ("qwen3", "gemma3", "llama")
 FULL, SLIDING = "full_attention", "sliding_attention"
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
-_DEFAULT_ROPE_THETA = {"qwen3": 10_000.0, "gemma3": 1_000_000.0}
+_DEFAULT_ROPE_THETA = {"qwen3": 10_000.0, "gemma3": 1_000_000.0, "llama": 10_000.0}
 _DEFAULT_GEMMA_LOCAL_ROPE_THETA = 10_000.0
 _DEFAULT_GEMMA_SLIDING_PATTERN = 6  # 5 sliding layers, then 1 full layer
+
+
+@dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.1's RoPE frequency scaling: wavelengths longer than original_max_positions / low_freq_factor
+    are stretched by `factor`, those shorter than original_max_positions / high_freq_factor are kept,
+    and the band between is interpolated (Hugging Face's `rope_type: llama3`)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_positions: int
+
+    @classmethod
+    def from_hf(cls, entry: dict) -> Llama3RopeScaling:
+        return cls(
+            float(entry["factor"]),
+            float(entry["low_freq_factor"]),
+            float(entry["high_freq_factor"]),
+            int(entry["original_max_position_embeddings"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -21,7 +42,8 @@ class ModelConfig:
     `layer_types[i]` is FULL or SLIDING ("full_attention" / "sliding_attention", Hugging Face's words);
     sliding layers see the last `sliding_window` positions (their own included) and use RoPE base
     `rope_local_base_freq`. `query_pre_attn_scalar` sets the attention scale (Gemma3); None means
-    head_dim (Qwen3). `quant="awq"` makes every projection inside the layers an AWQ int4 linear with
+    head_dim (Qwen3, Llama). Llama has no per-head q/k norm; `rope_scaling` is its llama3 frequency
+    scaling (None: plain RoPE). `quant="awq"` makes every projection inside the layers an AWQ int4 linear with
     groups of `awq_group_size` input features; embeddings, norms and the LM head stay dense.
     """
 
@@ -44,6 +66,7 @@ class ModelConfig:
     quant: str | None = None
     awq_group_size: int | None = None
     max_positions: int = 40960  # the longest sequence the model is made for (max_position_embeddings)
+    rope_scaling: Llama3RopeScaling | None = None
 
     def __post_init__(self):
         if not self.layer_types:
@@ -71,6 +94,11 @@ class ModelConfig:
                 raise UsageError(f"AWQ group size {group} must divide the layer widths {dims}")
 
     @property
+    def qk_norm(self) -> bool:
+        """Whether each attention head's q and k are RMS-normalized before RoPE (not in Llama)."""
+        return self.arch != "llama"
+
+    @property
     def attention_scale(self) -> float:
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
@@ -80,21 +108,22 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, cfg: dict) -> ModelConfig:
-        """Reads a Hugging Face config.json dict (Qwen3ForCausalLM or Gemma3ForCausalLM, AWQ GEMM
-        included). Raises UsageError for anything our forward would not compute exactly."""
+        """Reads a Hugging Face config.json dict (Qwen3ForCausalLM, Gemma3ForCausalLM or LlamaForCausalLM,
+        AWQ GEMM included). Raises UsageError for anything our forward would not compute exactly."""
         model_type = cfg.get("model_type")
-        if model_type == "qwen3":
-            arch = "qwen3"
+        if model_type in ("qwen3", "llama"):
+            arch = model_type
         elif model_type == "gemma3_text":
             arch = "gemma3"
         elif model_type == "gemma3":
             raise UsageError("multimodal Gemma3 checkpoints are not supported; use a text-only Gemma3ForCausalLM")
         else:
-            raise UsageError(f"unsupported model_type {model_type!r} (supported: qwen3, gemma3_text)")
+            raise UsageError(f"unsupported model_type {model_type!r} (supported: qwen3, gemma3_text, llama)")
         _reject_unsupported(cfg)
         n_layers = cfg["num_hidden_layers"]
         n_heads = cfg["num_attention_heads"]
         full_theta, local_theta = _rope_thetas(cfg, arch)
+        rope_scaling = _llama3_scaling(cfg) if arch == "llama" else None
         layer_types = cfg.get("layer_types") or _default_layer_types(cfg, arch, n_layers)
         sliding_window = cfg.get("sliding_window") if SLIDING in layer_types else None
         quant, group = _quantization(cfg)
@@ -118,12 +147,16 @@ class ModelConfig:
             quant=quant,
             awq_group_size=group,
             max_positions=cfg.get("max_position_embeddings") or 40960,
+            rope_scaling=rope_scaling,
         )
 
 
 def _reject_unsupported(cfg: dict) -> None:
-    if cfg.get("attention_bias"):
-        raise UsageError("attention_bias=true is not supported")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise UsageError(f"{key}=true is not supported")
+    if cfg.get("pretraining_tp", 1) != 1:
+        raise UsageError("pretraining_tp other than 1 is not supported")
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if cfg.get(key) is not None:
             raise UsageError(f"{key} is not supported")
@@ -131,13 +164,26 @@ def _reject_unsupported(cfg: dict) -> None:
         raise UsageError("use_bidirectional_attention=true is not supported")
 
 
-def _rope_theta_of(entry: dict | None, default: float) -> float:
-    """RoPE base of one rope_parameters / rope_scaling entry; only plain RoPE is implemented."""
+def _rope_type(entry: dict | None) -> str:
     entry = entry or {}
-    rope_type = entry.get("rope_type", entry.get("type", "default"))
-    if rope_type != "default":
-        raise UsageError(f"RoPE type {rope_type!r} is not supported (only default RoPE)")
+    return entry.get("rope_type", entry.get("type", "default"))
+
+
+def _rope_theta_of(entry: dict | None, default: float, arch: str) -> float:
+    """RoPE base of one rope_parameters / rope_scaling entry; plain RoPE, and in Llama llama3 scaling
+    (whose parameters `_llama3_scaling` reads)."""
+    entry = entry or {}
+    rope_type = _rope_type(entry)
+    supported = ("default", "llama3") if arch == "llama" else ("default",)
+    if rope_type not in supported:
+        raise UsageError(f"RoPE type {rope_type!r} is not supported for {arch} (supported: {', '.join(supported)})")
     return float(entry.get("rope_theta", default))
+
+
+def _llama3_scaling(cfg: dict) -> Llama3RopeScaling | None:
+    """The llama3 frequency scaling of a Llama config (transformers 5's rope_parameters, or rope_scaling)."""
+    entry = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    return Llama3RopeScaling.from_hf(entry) if _rope_type(entry) == "llama3" else None
 
 
 def _rope_thetas(cfg: dict, arch: str) -> tuple[float, float]:
@@ -147,11 +193,11 @@ def _rope_thetas(cfg: dict, arch: str) -> tuple[float, float]:
     params = cfg.get("rope_parameters")
     if params:
         if FULL in params or SLIDING in params:
-            full = _rope_theta_of(params.get(FULL), default_full)
-            return full, _rope_theta_of(params.get(SLIDING), _DEFAULT_GEMMA_LOCAL_ROPE_THETA)
-        theta = _rope_theta_of(params, default_full)
+            full = _rope_theta_of(params.get(FULL), default_full, arch)
+            return full, _rope_theta_of(params.get(SLIDING), _DEFAULT_GEMMA_LOCAL_ROPE_THETA, arch)
+        theta = _rope_theta_of(params, default_full, arch)
         return theta, theta
-    full = _rope_theta_of(cfg.get("rope_scaling"), float(cfg.get("rope_theta", default_full)))
+    full = _rope_theta_of(cfg.get("rope_scaling"), float(cfg.get("rope_theta", default_full)), arch)
     local_default = _DEFAULT_GEMMA_LOCAL_ROPE_THETA if arch == "gemma3" else full
     return full, float(cfg.get("rope_local_base_freq", local_default))
 

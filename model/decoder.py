@@ -303,6 +303,10 @@ class Decoder:
     contracts.timeline: the device phases per device stream, the host's issue times, reads and gaps,
     the prefills, and the token copies between two devices). Off, nothing more is recorded.
 
+    `tensor_parallel` (a model.tensor_parallel.TensorParallel; None by default): `target` is this rank's
+    shard and every rank runs the same generations in lockstep; proposals reach the target through a
+    broadcast from the draft rank (the other ranks' `draft` is a stand-in).
+
     `fixed_width` (default: on for CUDA) runs every target decode forward (baseline step, append,
     verify) over the same number of rows, `width()`: the real tokens, then dummy ones. GPU kernels
     pick their arithmetic by shape, so a token's bf16 logits from a 1-token forward and from a
@@ -328,6 +332,7 @@ class Decoder:
         events: list | None = None,
         timeline: bool = False,
         drafting=None,
+        tensor_parallel=None,
     ):
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
@@ -339,6 +344,7 @@ class Decoder:
         self.target_head = DenseHead(target.head_weight)
         self.eos_id = eos_id if stop_at_eos else None
         self.events = events
+        self.tensor_parallel = tensor_parallel
         # on one device its one stream is the target's (as the simulator's one resource)
         streams = {self.draft_device: "draft-device", self.target_device: "target-device"}
         self.clock = PhaseClock(phases, timeline, streams)
@@ -570,7 +576,10 @@ class Decoder:
         """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
         events (PyTorch's two-way barrier), so no host sync is involved: the copy runs on the source
         (draft) device's stream after the work queued on the target device, and the target device's
-        later work waits for it. On one device `.to()` is a no-op, and no copy is logged."""
+        later work waits for it. On one device `.to()` is a no-op, and no copy is logged. A tensor-parallel
+        target (model/tensor_parallel.py) gets the draft rank's proposals on every rank (a broadcast)."""
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel.share(x.to(self.target_device, non_blocking=True))
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream

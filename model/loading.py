@@ -19,6 +19,7 @@ from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
 from model.memory import check_cache, check_fits, tensor_bytes
 from model.presets import PRESETS
+from model.tensor_parallel import TensorParallel
 from model.tokenizer import HFTokenizer, SyntheticTokenizer, load_tokenizer
 from model.transformer import GemmaRMSNorm, RMSNorm, Transformer
 
@@ -50,12 +51,15 @@ def load_model(
     seed: int = 0,
     max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
     kernels: str | None = None,
+    tensor_parallel: TensorParallel | None = None,
 ) -> Loaded:
     """`spec` is a preset name (seeded random weights built directly on `device`), a local folder
     with config.json and *.safetensors, or a Hugging Face id already in the local cache; any of
     them followed by `#layers=N` gives its early-exit draft (the first N layers, final norm, head).
     `dtype` defaults to float32 on the CPU and bfloat16 on CUDA. `kernels`: "fused" (Triton,
     model/fused_ops.py) or "torch"; by default fused for Qwen3 on CUDA where triton imports.
+    `tensor_parallel`: build only this rank's shard (model/tensor_parallel.py), with weights that are
+    exactly the matching slices of the unsharded model's (synthetic ones included), and its all-reduces.
     Bad input raises UsageError."""
     device = parse_device(device)
     dtype = parse_dtype(dtype, device)
@@ -65,7 +69,7 @@ def load_model(
         raise UsageError(f"unknown kernels {kernels!r} (choices: {', '.join(KERNEL_PATHS)})")
     base, exit_layers = split_spec(spec)
     if exit_layers is not None:  # `SPEC#layers=N`: the first N layers of SPEC (model/early_exit.py)
-        full = load_model(base, device, dtype, seed, max_seq_len=1, kernels="torch")
+        full = load_model(base, device, dtype, seed, max_seq_len=1, kernels="torch", tensor_parallel=tensor_parallel)
         draft = early_exit(full.model, exit_layers)
         check_cache(draft, max_seq_len, spec)
         draft.setup_cache(max_seq_len)
@@ -74,15 +78,17 @@ def load_model(
     try:
         if spec in PRESETS:
             config = PRESETS[spec]
-            model = _empty_model(config, device, dtype, spec)
-            _init_synthetic(model, seed)
+            model = _empty_model(_shard_config(config, tensor_parallel), device, dtype, spec)
+            _init_synthetic(model, seed, tensor_parallel)
             tokenizer, weights = SyntheticTokenizer(config.vocab_size), "synthetic"
         else:
             folder = _resolve_checkpoint(spec)
             config = ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
-            model = _empty_model(config, device, dtype, spec)
-            _load_weights(model, folder)
+            model = _empty_model(_shard_config(config, tensor_parallel), device, dtype, spec)
+            _load_weights(model, folder, tensor_parallel)
             tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
+        if tensor_parallel is not None:
+            tensor_parallel.attach(model)
         model.requires_grad_(False).eval()
         check_cache(model, max_seq_len, spec)
         model.setup_cache(max_seq_len)
@@ -102,7 +108,13 @@ def load_model(
         "kernels": paths,
         "tokenizer": tokenizer.name,
     }
+    if tensor_parallel is not None:
+        info["tensor_parallel"] = {"rank": tensor_parallel.rank, "world": tensor_parallel.world}
     return Loaded(model, tokenizer, info)
+
+
+def _shard_config(config: ModelConfig, tensor_parallel: TensorParallel | None) -> ModelConfig:
+    return config if tensor_parallel is None else tensor_parallel.shard_config(config)
 
 
 def _use_kernels(model: Transformer, kernels: str | None) -> str:
@@ -161,16 +173,22 @@ def _empty_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
 
 
 @torch.no_grad()
-def _init_synthetic(model: Transformer, seed: int) -> None:
-    """Seeded finite weights of realistic scale; timing depends only on shapes."""
+def _init_synthetic(model: Transformer, seed: int, tensor_parallel: TensorParallel | None = None) -> None:
+    """Seeded finite weights of realistic scale; timing depends only on shapes. A tensor-parallel shard
+    draws each full weight in turn and keeps its slice, so its weights are the unsharded model's."""
     generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, AWQLinear):
             module.randomize_(generator, _SYNTHETIC_WEIGHT_STD)
         elif isinstance(module, (RMSNorm, GemmaRMSNorm)):
             module.reset_parameters()
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
+        elif isinstance(module, (nn.Linear, nn.Embedding)) and tensor_parallel is None:
             module.weight.normal_(0.0, _SYNTHETIC_WEIGHT_STD, generator=generator)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            weight_name = f"{name}.weight"
+            full = module.weight.new_empty(tensor_parallel.full_shape(weight_name, module.weight.shape))
+            full.normal_(0.0, _SYNTHETIC_WEIGHT_STD, generator=generator)
+            module.weight.copy_(tensor_parallel.shard(weight_name, full))
 
 
 def _resolve_checkpoint(spec: str) -> Path:
@@ -210,8 +228,9 @@ def _our_name(hf_name: str, tied: bool) -> str | None:
 
 
 @torch.no_grad()
-def _load_weights(model: Transformer, folder: Path) -> None:
-    """Copies every checkpoint tensor into the model (casting to its dtype); every weight must be present."""
+def _load_weights(model: Transformer, folder: Path, tensor_parallel: TensorParallel | None = None) -> None:
+    """Copies every checkpoint tensor into the model (casting to its dtype; a tensor-parallel shard
+    takes its slice); every weight must be present."""
     from safetensors import safe_open
 
     targets = model.state_dict()
@@ -225,6 +244,8 @@ def _load_weights(model: Transformer, folder: Path) -> None:
                 if name not in targets:
                     raise UsageError(f"unexpected weight {hf_name} in {file}")
                 tensor = reader.get_tensor(hf_name)
+                if tensor_parallel is not None:
+                    tensor = tensor_parallel.shard(name, tensor)
                 if tensor.shape != targets[name].shape:
                     raise UsageError(
                         f"weight {hf_name} in {file} has shape {tuple(tensor.shape)}, "

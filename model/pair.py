@@ -9,23 +9,31 @@ from dataclasses import dataclass, field
 import torch
 
 from contracts import PLACEMENTS, UsageError
+from contracts.names import TENSOR_PARALLEL_PLACEMENT, tensor_parallel_size
+from model import tensor_parallel
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded, load_model
 from model.memory import check_cache
+from model.presets import PRESETS
+from model.tensor_parallel import DraftStandIn, TensorParallel
 from model.tokenizer import check_compatible
 
 
 def resolve_placement(placement: str | None) -> tuple[str, torch.device, torch.device]:
     """(placement, target device, draft device); None picks two-gpu with 2 GPUs, one-gpu with 1, else
-    cpu. A placement this machine cannot run is bad input."""
+    cpu. A placement this machine cannot run is bad input. A tensor-parallel placement (tpN) names
+    no devices here: `load_pair` joins its process group, which gives this rank its device."""
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if placement is None:
         placement = "two-gpu" if have >= 2 else "one-gpu" if have == 1 else "cpu"
+    if tensor_parallel_size(placement) is not None:
+        return placement, None, None
     if placement not in PLACEMENTS:
-        raise UsageError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        valid = ", ".join((*PLACEMENTS, f"{TENSOR_PARALLEL_PLACEMENT} (N >= 2, e.g. tp2)"))
+        raise UsageError(f"unknown placement {placement!r}; valid: {valid}")
     if placement == "cpu":
         return placement, torch.device("cpu"), torch.device("cpu")
     need = 2 if placement == "two-gpu" else 1
@@ -47,6 +55,7 @@ class Pair:
     seed: int
     clustering_folder: str | None = None  # FlashHead assets to load; None: build them from the draft's head
     room: int = 0  # cache slots, once `size_caches` ran
+    tensor_parallel: TensorParallel | None = None  # this rank's place when the target is tensor-parallel
     _clustering: Clustering | None = field(default=None, repr=False)
 
     @property
@@ -56,6 +65,11 @@ class Pair:
     @property
     def draft_device(self) -> torch.device:
         return self.draft.model.head_weight.device if self.draft is not None else self.target_device
+
+    @property
+    def writes_outputs(self) -> bool:
+        """Whether this process reports (a tensor-parallel run reports from its draft rank only)."""
+        return self.tensor_parallel is None or self.tensor_parallel.runs_draft
 
     @property
     def weights(self) -> str:
@@ -68,7 +82,8 @@ class Pair:
         self.room = cache_room(max(prompt_lengths), new_tokens, K)
         for m in (self.target, self.draft):
             if m is not None:
-                check_cache(m.model, self.room, m.info["name"])
+                if not isinstance(m.model, DraftStandIn):
+                    check_cache(m.model, self.room, m.info["name"])
                 m.model.setup_cache(self.room)
         return self.room
 
@@ -88,7 +103,7 @@ class Pair:
     def head(self, kind: str, probes: int | None = None):
         """The draft head: dense, or FlashHead at `probes` (None: clusters / 16)."""
         weight = self.draft.model.head_weight
-        if kind == "dense":
+        if kind == "dense" or isinstance(self.draft.model, DraftStandIn):  # a stand-in's head is never used
             return DenseHead(weight)
         eos = self.draft.tokenizer.eos_token_id
         return FlashHead(weight, self.clustering, probes, always_tokens=[eos] if eos is not None else ())
@@ -128,6 +143,7 @@ class Pair:
             stop_at_eos=stop_at_eos,
             timeline=timeline,
             drafting=drafting,
+            tensor_parallel=self.tensor_parallel,
         )
 
 
@@ -142,11 +158,23 @@ def load_pair(
     max_seq_len: int = 1,
 ) -> Pair:
     """Both models (target seeded `seed`, draft `seed + 1`), on the placement's devices, checked to
-    share one vocabulary and tokenizer. `max_seq_len` is the initial cache (see `Pair.size_caches`)."""
+    share one vocabulary and tokenizer. `max_seq_len` is the initial cache (see `Pair.size_caches`).
+    With a tensor-parallel placement every rank calls this: each loads its target shard, the draft
+    rank the draft and the others a stand-in (model/tensor_parallel.py)."""
     placement, target_device, draft_device = resolve_placement(placement)
-    loaded_target = load_model(target, target_device, dtype, seed, max_seq_len=max_seq_len, kernels=kernels)
+    ranks = None
+    if target_device is None:
+        ranks, target_device = tensor_parallel.init(placement)
+        draft_device = target_device
+    loaded_target = load_model(
+        target, target_device, dtype, seed, max_seq_len=max_seq_len, kernels=kernels, tensor_parallel=ranks
+    )
     loaded_draft = None
-    if draft is not None:
+    if draft is not None and ranks is not None and not ranks.runs_draft:
+        weights = "synthetic" if draft.split("#")[0] in PRESETS else "real"
+        stand_in = DraftStandIn(target_device, max_seq_len)
+        loaded_draft = Loaded(stand_in, loaded_target.tokenizer, {"name": draft, "weights": weights, "stand_in": True})
+    elif draft is not None:
         loaded_draft = load_model(draft, draft_device, dtype, seed + 1, max_seq_len=max_seq_len, kernels=kernels)
         check_compatible(
             loaded_target.tokenizer,
@@ -154,4 +182,4 @@ def load_pair(
             loaded_target.model.config.vocab_size,
             loaded_draft.model.config.vocab_size,
         )
-    return Pair(loaded_target, loaded_draft, placement, seed, clustering)
+    return Pair(loaded_target, loaded_draft, placement, seed, clustering, tensor_parallel=ranks)

@@ -1,4 +1,4 @@
-"""Our own Qwen3 / Gemma3 decoder (gpt-fast style) with a static KV cache that we own.
+"""Our own Qwen3 / Gemma3 / Llama 3 decoder (gpt-fast style) with a static KV cache that we own.
 
 Hugging Face's modeling code is not used at run time: a static cache indexed by device-side
 positions is what lets the speculative decoder run without host syncs and under CUDA graphs.
@@ -10,6 +10,7 @@ activation dtype, Gemma's embedding scale rounded to the weight dtype) so float3
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torch import nn
 from contracts import UsageError
 from model import fused_ops, triton_support
 from model.awq import AWQLinear
-from model.config import SLIDING, ModelConfig
+from model.config import SLIDING, Llama3RopeScaling, ModelConfig
 
 
 def _rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -68,13 +69,32 @@ def _linear(config: ModelConfig, in_features: int, out_features: int, dtype: tor
     return nn.Linear(in_features, out_features, bias=False, dtype=dtype)
 
 
-def rope_tables(theta: float, head_dim: int, max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [max_seq_len, head_dim] in float32, computed like Hugging Face's default RoPE (on
-    the CPU, so every device gets the same table)."""
+def rope_tables(
+    theta: float, head_dim: int, max_seq_len: int, scaling: Llama3RopeScaling | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_seq_len, head_dim] in float32, computed like Hugging Face's default or llama3
+    RoPE (on the CPU, so every device gets the same table)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu") / head_dim))
+    if scaling is not None:
+        inv_freq = _llama3_frequencies(inv_freq, scaling)
     freqs = torch.arange(max_seq_len, device="cpu").float()[:, None] * inv_freq[None, :]
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos(), angles.sin()
+
+
+def _llama3_frequencies(inv_freq: torch.Tensor, scaling: Llama3RopeScaling) -> torch.Tensor:
+    """Llama 3.1's scaled frequencies, in Hugging Face's order of float32 operations: low frequencies
+    divided by the factor, high ones kept, the band between interpolated smoothly."""
+    low_freq_wavelen = scaling.original_max_positions / scaling.low_freq_factor
+    high_freq_wavelen = scaling.original_max_positions / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (scaling.original_max_positions / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -118,7 +138,7 @@ class MLP(nn.Module):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with per-head q/k RMSNorm, RoPE, and a static KV cache.
+    """Grouped-query attention with per-head q/k RMSNorm (not in Llama), RoPE, and a static KV cache.
 
     The cache [1, n_kv_heads, max_seq_len, head_dim] is indexed by absolute position. The query
     heads that share a KV head are stacked along the query axis ([1, n_kv, group * n, head_dim]),
@@ -134,8 +154,8 @@ class Attention(nn.Module):
         self.k_proj = _linear(config, config.hidden_size, config.n_kv_heads * config.head_dim, dtype)
         self.v_proj = _linear(config, config.hidden_size, config.n_kv_heads * config.head_dim, dtype)
         self.o_proj = _linear(config, config.n_heads * config.head_dim, config.hidden_size, dtype)
-        self.q_norm = _norm(config, config.head_dim, dtype)
-        self.k_norm = _norm(config, config.head_dim, dtype)
+        self.q_norm = _norm(config, config.head_dim, dtype) if config.qk_norm else nn.Identity()
+        self.k_norm = _norm(config, config.head_dim, dtype) if config.qk_norm else nn.Identity()
         self.register_buffer("k_cache", None, persistent=False)  # allocated by setup_cache
         self.register_buffer("v_cache", None, persistent=False)
 
@@ -159,7 +179,7 @@ class Attention(nn.Module):
 
 
 class Qwen3Block(nn.Module):
-    """Pre-norm block: x + attn(norm(x)), then h + mlp(norm(h))."""
+    """Pre-norm block (Qwen3 and Llama): x + attn(norm(x)), then h + mlp(norm(h))."""
 
     def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype | None):
         super().__init__()
@@ -235,7 +255,7 @@ class Transformer(nn.Module):
         self.register_buffer("slots", torch.arange(max_seq_len, device=device), persistent=False)
         for sliding in self._layer_kinds:
             theta = self.config.local_rope_theta if sliding else self.config.rope_theta
-            cos, sin = rope_tables(theta, self.config.head_dim, max_seq_len)
+            cos, sin = rope_tables(theta, self.config.head_dim, max_seq_len, self.config.rope_scaling)
             self.register_buffer(_rope_name("cos", sliding), cos.to(device, dtype), persistent=False)
             self.register_buffer(_rope_name("sin", sliding), sin.to(device, dtype), persistent=False)
         self.max_seq_len = max_seq_len
@@ -271,15 +291,15 @@ class Transformer(nn.Module):
 
     @property
     def fused_kernels_cover(self) -> bool:
-        """Whether model/fused_ops.py implements this architecture (Qwen3, full attention only)."""
-        return self.config.arch == "qwen3" and self._layer_kinds == [False]
+        """Whether model/fused_ops.py implements this architecture (Qwen3 and Llama, full attention only)."""
+        return self.config.arch in ("qwen3", "llama") and self._layer_kinds == [False]
 
     def use_fused_kernels(self) -> None:
-        """Runs forward_hidden through model/fused_ops.py (Qwen3 only). Merges each layer's q/k/v
+        """Runs forward_hidden through model/fused_ops.py (Qwen3 and Llama). Merges each layer's q/k/v
         projections into `qkv_proj` and gate/up into `gate_up_proj`, one GEMM each; the separate
         modules are removed, so load weights (and quantize) first."""
         if not self.fused_kernels_cover:
-            raise UsageError(f"fused kernels cover Qwen3 with full attention only, not {self.config.arch}")
+            raise UsageError(f"fused kernels cover Qwen3 and Llama with full attention only, not {self.config.arch}")
         device = self.embed_tokens.weight.device
         if not triton_support.runs_on(device):
             raise UsageError(f"fused kernels need triton and CUDA; they cannot run on {device} here")
@@ -326,8 +346,8 @@ class Transformer(nn.Module):
             h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
             q = fused_ops.qk_norm_rope_cache(
                 attn.qkv_proj(x),
-                attn.q_norm.weight,
-                attn.k_norm.weight,
+                attn.q_norm.weight if self.config.qk_norm else None,
+                attn.k_norm.weight if self.config.qk_norm else None,
                 cos,
                 sin,
                 pos,

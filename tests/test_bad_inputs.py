@@ -140,6 +140,12 @@ CASES = [
     ("model", ["--max-new-tokens", "1000000000"], "exceeds the model's 40,960 positions"),
     ("model", ["--target", "qwen3-32b", "--schedule", "baseline", "--placement", "cpu"], "it needs a GPU"),
     ("model", ["--placement", "two-gpu"], "no GPU"),
+    ("model", ["--placement", "tp1"], "unknown placement 'tp1'; valid: two-gpu, one-gpu, cpu, tpN"),
+    (
+        "model",
+        ["--placement", "tp2"],
+        "placement tp2 runs one process per GPU: launch with torchrun --nproc-per-node 2",
+    ),
     # measure: numbers, lists, devices, sizes, outputs
     ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),
     ("measure", [*TINY, "--warmup", "-1"], "--warmup must be >= 0"),

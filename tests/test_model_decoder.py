@@ -89,6 +89,27 @@ def test_real_draft_output_equals_target_greedy(models, references, head, K):
             _check_rounds(g, schedule, K, len(ids))
 
 
+@pytest.fixture(scope="module")
+def llama_pair():
+    """A Llama 3 target and a Llama 3 draft (tied head, llama3 RoPE scaling), and the target's references."""
+    target = load_model("tiny-llama", "cpu", seed=1, max_seq_len=ROOM).model
+    draft = load_model("tiny-llama-draft", "cpu", seed=2, max_seq_len=ROOM).model
+    dec = Decoder(target, K=1, graphs=False)
+    return (target, draft), {name: dec.reference(ids, MAX_NEW + 8) for name, ids in PROMPTS.items()}
+
+
+@pytest.mark.parametrize("spec, head", [(None, "dense"), ("a=0.5", "flashhead"), ("a=1", "dense")])
+def test_llama_pair_output_equals_target_greedy(llama_pair, spec, head):
+    llama, references = llama_pair
+    control = None if spec is None else AcceptanceControl(spec, 512, ROOM, torch.device("cpu"), seed=3)
+    dec = _decoder(llama, head, 3, control)
+    for name in PROMPTS:
+        for schedule in SPECULATIVE:
+            g = _generate(dec, control, references, name, schedule)
+            assert g.tokens == references[name][:MAX_NEW], (schedule, name)
+            _check_rounds(g, schedule, 3, len(PROMPTS[name]))
+
+
 @pytest.mark.parametrize("head", ["dense", "flashhead"])
 @pytest.mark.parametrize("spec", ["a=0", "a=0.5", "a=1", "pattern=1,1,0,1"])
 @pytest.mark.parametrize("K", [1, 3, 6])

@@ -104,6 +104,80 @@ GEMMA3_270M_CONFIG = {  # google/gemma-3-270m config.json (pre-transformers-5 fo
     "vocab_size": 262144,
 }
 
+LLAMA_31_8B_CONFIG = {  # meta-llama/Llama-3.1-8B config.json
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+_LLAMA_32_ROPE = {**LLAMA_31_8B_CONFIG["rope_scaling"], "factor": 32.0}
+LLAMA_CONFIGS = {  # the other Llama 3 configs differ from 3.1-8B in these fields
+    "llama-3.2-1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 16,
+        "head_dim": 64,
+        "rope_scaling": _LLAMA_32_ROPE,
+        "tie_word_embeddings": True,
+    },
+    "llama-3.2-3b": {
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_attention_heads": 24,
+        "num_hidden_layers": 28,
+        "head_dim": 128,
+        "rope_scaling": _LLAMA_32_ROPE,
+        "tie_word_embeddings": True,
+    },
+    "llama-3.1-8b": {},
+    "llama-3.3-70b": {
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 80,
+        "eos_token_id": [128001, 128008, 128009],
+    },
+    "llama-3.3-70b-awq": {  # an AWQ GEMM export of Llama-3.3-70B-Instruct
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 80,
+        "quantization_config": {
+            "bits": 4,
+            "group_size": 128,
+            "quant_method": "awq",
+            "version": "gemm",
+            "zero_point": True,
+        },
+    },
+}
+
 
 # ---- configs and presets ------------------------------------------------------------------------
 def test_presets_are_the_real_architectures():
@@ -112,6 +186,16 @@ def test_presets_are_the_real_architectures():
     for name, fields in QWEN3_SMALL_CONFIGS.items():
         assert ModelConfig.from_hf({**QWEN3_32B_CONFIG, **fields}) == PRESETS[name]
     assert ModelConfig.from_hf(GEMMA3_270M_CONFIG) == PRESETS["gemma3-270m"]
+    for name, fields in LLAMA_CONFIGS.items():
+        assert ModelConfig.from_hf({**LLAMA_31_8B_CONFIG, **fields}) == PRESETS[name]
+
+
+def test_llama_configs_read_the_same_in_the_transformers5_format():
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in LLAMA_31_8B_CONFIG.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    fields["rope_parameters"] = {**fields.pop("rope_scaling"), "rope_theta": fields.pop("rope_theta")}
+    saved = transformers.LlamaConfig(**fields).to_dict()
+    assert ModelConfig.from_hf(saved) == PRESETS["llama-3.1-8b"]
 
 
 def test_gemma3_config_without_layer_types_uses_the_sliding_pattern():
@@ -133,8 +217,9 @@ def test_transformers5_config_format_reads_the_same():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"model_type": "llama"}, "model_type"),
+        ({"model_type": "mistral"}, "model_type"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE"),
+        ({"rope_scaling": LLAMA_31_8B_CONFIG["rope_scaling"]}, "RoPE type 'llama3' is not supported for qwen3"),
         ({"attention_bias": True}, "attention_bias"),
         ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "gptq"),
         ({"quantization_config": {"quant_method": "awq", "bits": 4, "version": "gemv", "group_size": 128}}, "GEMM"),
@@ -145,10 +230,32 @@ def test_unsupported_configs_are_usage_errors(change, message):
         ModelConfig.from_hf({**QWEN3_32B_CONFIG, **change})
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"pretraining_tp": 2}, "pretraining_tp"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "RoPE type 'dynamic'"),
+    ],
+)
+def test_unsupported_llama_configs_are_usage_errors(change, message):
+    with pytest.raises(UsageError, match=message):
+        ModelConfig.from_hf({**LLAMA_31_8B_CONFIG, **change})
+
+
 def test_big_presets_have_the_published_parameter_counts():
     from model.transformer import Transformer
 
-    published = {"qwen3-32b": 32.8e9, "qwen3-0.6b": 0.6e9, "qwen3-1.7b": 1.7e9, "gemma3-270m": 0.268e9}
+    published = {
+        "qwen3-32b": 32.8e9,
+        "qwen3-0.6b": 0.6e9,
+        "qwen3-1.7b": 1.7e9,
+        "gemma3-270m": 0.268e9,
+        "llama-3.2-1b": 1.24e9,
+        "llama-3.2-3b": 3.21e9,
+        "llama-3.1-8b": 8.03e9,
+        "llama-3.3-70b": 70.6e9,
+    }
     for name, count in published.items():
         with torch.device("meta"):
             model = Transformer(PRESETS[name], torch.bfloat16)
@@ -176,7 +283,9 @@ def test_synthetic_presets_are_seeded_and_labeled():
     assert torch.equal(logits[0], logits[1]) and not torch.equal(logits[0], logits[2])
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3-draft", "tiny-gemma3", "tiny-qwen3-awq"])
+@pytest.mark.parametrize(
+    "name", ["tiny-qwen3-draft", "tiny-gemma3", "tiny-qwen3-awq", "tiny-llama", "tiny-llama-draft", "tiny-llama-awq"]
+)
 def test_every_tiny_preset_runs(name):
     loaded = load_model(name, dtype="bf16", max_seq_len=16)
     assert loaded.info["dtype"] == "bfloat16"

@@ -76,6 +76,62 @@ def gemma3_checkpoint(tmp_path_factory):
     return _save(config, folder, seed=2), folder
 
 
+def _llama_config(tied: bool):
+    """Llama 3 with GQA and llama3 RoPE scaling whose original context (64) puts the 16-dim heads'
+    frequencies in all three bands: kept (wavelength < 16), interpolated, and divided by the factor (> 64)."""
+    return transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=tied,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500_000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory):
+    """Untied Llama 3 (3.1 / 3.3 style), saved in shards with an index json."""
+    folder = tmp_path_factory.mktemp("llama")
+    return _save(_llama_config(tied=False), folder, seed=8, max_shard_size="100KB"), folder
+
+
+@pytest.fixture(scope="module")
+def llama_tied_checkpoint(tmp_path_factory):
+    """Tied Llama 3 (3.2 1B / 3B style)."""
+    folder = tmp_path_factory.mktemp("llama_tied")
+    return _save(_llama_config(tied=True), folder, seed=9), folder
+
+
+def test_llama3_rope_scaling_changes_the_frequencies_in_every_band():
+    """A control: the scaled table differs from plain RoPE (so the logits test sees the scaling),
+    and equals Hugging Face's llama3 frequencies."""
+    from model.config import Llama3RopeScaling
+    from model.transformer import rope_tables
+
+    config = _llama_config(tied=False)
+    rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
+    scaling = Llama3RopeScaling(8.0, 1.0, 4.0, 64)
+    cos, _ = rope_tables(500_000.0, 16, 200, scaling)
+    plain, _ = rope_tables(500_000.0, 16, 200)
+    want = torch.arange(200).float()[:, None] * rotary.inv_freq[None, :]
+    torch.testing.assert_close(cos[:, :8], want.cos(), rtol=0, atol=0)
+    changed = (cos != plain).any(0)[:8]
+    assert not changed[0] and changed[1:].all()  # the highest frequency is kept, the others scaled
+
+
 def _reference_logits(hf_model, tokens):
     with torch.no_grad():
         return hf_model(tokens).logits[0]
@@ -91,7 +147,9 @@ def _close(got, want):
     assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
-@pytest.mark.parametrize("checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint"])
+@pytest.mark.parametrize(
+    "checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint", "llama_checkpoint", "llama_tied_checkpoint"]
+)
 def test_prefill_decode_and_verify_chunks_match_hugging_face(checkpoint, request):
     hf_model, folder = request.getfixturevalue(checkpoint)
     tokens = torch.randint(0, VOCAB, (1, 24), generator=torch.Generator().manual_seed(3))
@@ -105,7 +163,7 @@ def test_prefill_decode_and_verify_chunks_match_hugging_face(checkpoint, request
     _close(_step(model, tokens, 19, 24), want[19:24])
 
 
-@pytest.mark.parametrize("checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint"])
+@pytest.mark.parametrize("checkpoint", ["qwen3_checkpoint", "gemma3_checkpoint", "llama_checkpoint"])
 def test_rewind_over_stale_slots_equals_a_fresh_run(checkpoint, request):
     """After a rejected speculation the caller just writes the right tokens at the right positions;
     stale slots beyond them are masked by position, so results are bit-identical to a clean run."""

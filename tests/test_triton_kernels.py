@@ -27,7 +27,7 @@ def _pair(spec):
     return reference, fused
 
 
-@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq"])
+@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq", "tiny-llama", "tiny-llama-awq"])
 def test_fused_forward_matches_the_torch_path(spec):
     reference, fused = _pair(spec)
     assert fused.kernels == "fused" and not hasattr(fused.layers[0].self_attn, "q_proj")
@@ -130,7 +130,7 @@ def test_speculative_output_is_target_greedy_with_fused_kernels(schedule):
     assert Decoder(target, draft, head, K=3, graphs=False).generate(prompt, 10, schedule).tokens == want
 
 
-@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq"])
+@pytest.mark.parametrize("spec", ["tiny-qwen3", "tiny-qwen3-awq", "tiny-llama"])
 def test_checkpoint_state_dict_splits_merged_projections_back(spec):
     reference, fused = _pair(spec)
     want, got = reference.state_dict(), fused.checkpoint_state_dict()

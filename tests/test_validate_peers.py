@@ -11,7 +11,7 @@ from validate.hf import hf_twin
 
 
 def test_hf_twin_shares_our_weights_and_computes_our_logits():
-    for preset in ("tiny-qwen3", "tiny-gemma3"):
+    for preset in ("tiny-qwen3", "tiny-gemma3", "tiny-llama", "tiny-llama-draft"):
         model = load_model(preset, "cpu", None, 1, 32).model
         twin = hf_twin(model, 32)
         ours = {p.data_ptr() for p in model.parameters()}

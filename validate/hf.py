@@ -21,8 +21,9 @@ from model.transformer import Transformer
 
 
 def hf_config(config: ModelConfig, max_positions: int):
-    """A transformers config with exactly our architecture (Qwen3ForCausalLM or Gemma3ForCausalLM)."""
-    from transformers import Gemma3TextConfig, Qwen3Config
+    """A transformers config with exactly our architecture (Qwen3ForCausalLM, Gemma3ForCausalLM or
+    LlamaForCausalLM)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
 
     if config.quant:
         raise UsageError(
@@ -55,6 +56,18 @@ def hf_config(config: ModelConfig, max_positions: int):
             use_sliding_window=SLIDING in config.layer_types,
             sliding_window=config.sliding_window,
         )
+    if config.arch == "llama":
+        scaling = config.rope_scaling
+        if scaling is not None:
+            rope = {
+                "rope_type": "llama3",
+                "rope_theta": config.rope_theta,
+                "factor": scaling.factor,
+                "low_freq_factor": scaling.low_freq_factor,
+                "high_freq_factor": scaling.high_freq_factor,
+                "original_max_position_embeddings": scaling.original_max_positions,
+            }
+        return LlamaConfig(**common, hidden_act=config.hidden_activation, rope_parameters=rope, mlp_bias=False)
     local = {"rope_type": "default", "rope_theta": config.local_rope_theta}
     return Gemma3TextConfig(
         **common,
