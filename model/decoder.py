@@ -597,10 +597,11 @@ class Decoder:
         return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + self.K, self.K + 1)
 
     def to_target(self, x: Proposals) -> Proposals:
-        """copy_tokens to the target device (when sampling, the proposals' q travel with them). A cross-GPU copy orders both devices' streams with CUDA
-        events (PyTorch's two-way barrier), so no host sync is involved: the copy runs on the source
-        (draft) device's stream after the work queued on the target device, and the target device's
-        later work waits for it. On one device `.to()` is a no-op, and no copy is logged."""
+        """copy_tokens to the target device (when sampling, the proposals' q travel with them). A
+        cross-GPU copy orders both devices' streams with CUDA events (PyTorch's two-way barrier), so
+        no host sync is involved: the copy runs on the source (draft) device's stream after the work
+        queued on the target device, and the target device's later work waits for it. On one device
+        `.to()` is a no-op, and no copy is logged."""
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream

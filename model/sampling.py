@@ -118,8 +118,10 @@ def uniforms(keys: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def exponentials(keys: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Exp(1) noise float32 [n, m] > 0, one per (key, token id): -log of a uniform in (0, 1)."""
-    return -torch.log((_bits(keys, tokens).float() + 0.5) * 2.0**-24)
+    """Exp(1) noise float32 [n, m] > 0, one per (key, token id): -log of a uniform in (0, 1). The
+    uniform takes 23 bits, (b + 0.5) / 2**23, which float32 holds exactly, so it never rounds to 1
+    (noise 0 would let a token of probability 0 win the race)."""
+    return -torch.log(((_bits(keys, tokens) >> 1).float() + 0.5) * 2.0**-23)
 
 
 def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

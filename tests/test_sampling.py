@@ -141,3 +141,11 @@ def test_transform_temperature_top_k_top_p():
 def test_bad_settings(settings):
     with pytest.raises(UsageError):
         SamplingSettings(**settings)
+
+
+def test_exponential_noise_is_positive_at_the_top_draw():
+    """Noise stays > 0 where a draw hits the top of the hash's range (a found bug: it rounded to a
+    uniform of 1.0 in float32, noise 0, and a token of probability 0 won the race)."""
+    seed = torch.tensor([sampling.generation_seed(11, 638)])
+    noise = sampling.exponentials(sampling.keys(seed, torch.tensor([0]), sampling.RACE), torch.arange(512))
+    assert noise.min() > 0 and torch.isfinite(noise).all()
