@@ -458,6 +458,8 @@ class Decoder:
         )
         if self.clock.timeline:
             generation.timeline = self.clock.intervals()
+        if not self.sampling.greedy:
+            generation.sample = sample
         return generation
 
     def reference(self, prompt_ids: list[int], length: int, sample: int = 0) -> list[int]:
@@ -580,8 +582,9 @@ class Decoder:
                 hidden, start = self._body(tokens, start)
             with self.clock.phase("draft_head", self.draft_device):
                 token = self._head(hidden, start)
-                if proposals.probs is not None:
-                    token, proposals.probs[i : i + 1] = token
+                if proposals.probs is not None:  # sampling: (token, q)
+                    token, q = token
+                    proposals.probs[i : i + 1] = q
                 proposals.tokens[i : i + 1] = token
             tokens = token.view(1, 1)
         return proposals

@@ -15,6 +15,7 @@ from model.flashhead import Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded, load_model
 from model.memory import check_cache
+from model.sampling import GREEDY, SamplingSettings
 from model.tokenizer import check_compatible
 
 
@@ -113,6 +114,7 @@ class Pair:
         phases: bool = True,
         stop_at_eos: bool = False,
         timeline: bool = False,
+        sampling: SamplingSettings = GREEDY,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -126,6 +128,7 @@ class Pair:
             eos_id=self.target.tokenizer.eos_token_id,
             stop_at_eos=stop_at_eos,
             timeline=timeline,
+            sampling=sampling,
         )
 
 

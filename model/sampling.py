@@ -40,13 +40,15 @@ class SamplingSettings:
 
     def __post_init__(self):
         if not (self.temperature >= 0 and self.temperature < float("inf")):
-            raise UsageError(f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}")
+            raise UsageError(f"--temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}")
         if self.top_k < 0:
-            raise UsageError(f"top-k must be >= 0 (0 keeps every token), got {self.top_k}")
+            raise UsageError(f"--top-k must be >= 0 (0 keeps every token), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise UsageError(f"top-p must be in (0, 1] (1 keeps every token), got {self.top_p}")
+            raise UsageError(f"--top-p must be in (0, 1] (1 keeps every token), got {self.top_p}")
         if self.seed < 0:
-            raise UsageError(f"seed must be >= 0, got {self.seed}")
+            raise UsageError(f"--seed must be >= 0, got {self.seed}")
+        if self.greedy and (self.top_k or self.top_p < 1):
+            raise UsageError("--top-k and --top-p apply when sampling: give --temperature > 0 as well")
 
     @property
     def greedy(self) -> bool:

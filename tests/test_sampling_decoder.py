@@ -10,12 +10,16 @@ import itertools
 import pytest
 import torch
 
+from contracts import UsageError
+from contracts.trace import check_summary, check_trace_line, write_trace
 from model import sampling
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.sampling import SamplingSettings
+from model.trace import summarize, trace_lines
+from sim.trace import rounds_by_prompt
 from tests.sampling_stats import ALPHA, g_test
 
 SETTINGS = SamplingSettings(temperature=1.0, top_k=2, seed=11)
@@ -104,3 +108,25 @@ def test_wrong_rule_is_rejected(pair, exact, monkeypatch):
 def test_all_tokens_covered(exact):
     assert len(exact) == 2**TOKENS and abs(sum(exact.values()) - 1) < 1e-5
     assert all(len(seq) == TOKENS for seq in itertools.islice(exact, 3))
+
+
+def test_sampled_outputs_follow_the_contracts(pair, tmp_path):
+    """Sampled traces and summaries carry the sample and its tokens; the simulator replays each sample
+    as its own generation; a greedy trace line (no `sample`) still reads."""
+    dec = _decoder(pair, "dense")
+    runs = [("q1", dec.generate(PROMPT, 6, "deferred", sample)) for sample in range(2)]
+    lines = [line for pid, g in runs for line in trace_lines(g, prompt_id=pid, schedule="deferred", head="dense", K=2)]
+    for line in lines:
+        check_trace_line(line)
+    config = {k: None for k in ("target", "draft", "weights", "head", "probes", "placement", "graphs", "prompts")}
+    config.update(schedule="deferred", K=2, max_new_tokens=6, sampling={**SETTINGS.describe(), "samples": 2})
+    summary = summarize(config, runs)
+    check_summary(summary)
+    assert [(e["sample"], e["tokens"]) for e in summary["per_prompt"]] == [(g.sample, g.tokens) for _, g in runs]
+    write_trace(tmp_path / "t.jsonl", lines)
+    grouped, _ = rounds_by_prompt(tmp_path / "t.jsonl")
+    assert list(grouped) == ["q1", "q1#1"]
+    greedy = {k: v for k, v in lines[0].items() if k != "sample"}
+    check_trace_line(greedy)
+    with pytest.raises(UsageError):
+        check_summary({**summary, "config": {**config, "sampling": {**config["sampling"], "top_p": 2.0}}})
