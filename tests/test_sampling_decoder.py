@@ -25,7 +25,7 @@ from tests.sampling_stats import ALPHA, g_test
 SETTINGS = SamplingSettings(temperature=1.0, top_k=2, seed=11)
 PROMPT = [7]
 TOKENS = 3
-SAMPLES = 200  # per schedule and head: 3 to 5 s each on one CPU thread
+SAMPLES = 150  # per schedule and head: 2 to 4 s each on one CPU thread
 SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 
 
@@ -38,10 +38,13 @@ def pair():
 
 @pytest.fixture(scope="module")
 def exact(pair):
-    """{token sequence: probability} of the target's first TOKENS tokens after PROMPT."""
-    target = pair[0]
+    return _exact(pair[0], TOKENS)
+
+
+def _exact(target, tokens: int) -> dict:
+    """{token sequence: probability} of the target's first `tokens` tokens after PROMPT."""
     out = {(): 1.0}
-    for _ in range(TOKENS):
+    for _ in range(tokens):
         grown = {}
         for prefix, mass in out.items():
             ids = torch.tensor([PROMPT + list(prefix)])
@@ -53,11 +56,11 @@ def exact(pair):
     return out
 
 
-def _decoder(pair, head: str) -> Decoder:
+def _decoder(pair, head: str, K: int = 2) -> Decoder:
     target, draft = pair
     weight = draft.head_weight
     draft_head = DenseHead(weight) if head == "dense" else FlashHead(weight, build_clustering(weight, seed=0), probes=2)
-    return Decoder(target, draft, draft_head, K=2, graphs=False, phases=False, sampling=SETTINGS)
+    return Decoder(target, draft, draft_head, K=K, graphs=False, phases=False, sampling=SETTINGS)
 
 
 def _counts(dec, schedule: str, exact: dict, first: int = 0, samples: int = SAMPLES):
@@ -65,8 +68,9 @@ def _counts(dec, schedule: str, exact: dict, first: int = 0, samples: int = SAMP
     cell for anything else."""
     cells = {seq: i for i, seq in enumerate(exact)}
     counts = torch.zeros(len(cells) + 1)
+    length = len(next(iter(exact)))
     for sample in range(first, first + samples):
-        counts[cells.get(tuple(dec.generate(PROMPT, TOKENS, schedule, sample).tokens), len(cells))] += 1
+        counts[cells.get(tuple(dec.generate(PROMPT, length, schedule, sample).tokens), len(cells))] += 1
     return counts, torch.tensor([*exact.values(), 0.0])
 
 
@@ -90,6 +94,26 @@ def test_every_schedule_samples_the_target(pair, exact, head):
     for sample in range(3):
         outputs = {tuple(dec.generate(PROMPT, 12, s, sample).tokens) for s in SPECULATIVE}
         assert len(outputs) == 1
+
+
+def test_lookahead_samples_the_target(pair):
+    """The look-ahead in its sampling form, where it is used often: a draft that is the target with a
+    sharper head (scaled by 1.5) accepts most blocks, and its guess e1 often equals the sampled bonus.
+    K = 1 and four tokens, so the fourth comes from a round that may start from the look-ahead."""
+    target = pair[0]
+    draft = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
+    draft.head_weight.mul_(1.5)
+    dec = _decoder((target, draft), "dense", K=1)
+    exact = _exact(target, 4)
+    counts, probs = _counts(dec, "pipelined-deferred", exact)
+    assert g_test(counts, probs) > ALPHA
+    used = [r.lookahead_used for s in range(10) for r in dec.generate(PROMPT, 4, "pipelined-deferred", s).rounds]
+    assert 0 < sum(used) < len(used)
+    for sample in range(3):
+        assert (
+            dec.generate(PROMPT, 12, "pipelined-deferred", sample).tokens
+            == dec.generate(PROMPT, 12, "deferred", sample).tokens
+        )
 
 
 def _correct_from_p(target_probs, draft_probs, draft_tokens, accept_uniforms, race_noise):
