@@ -240,8 +240,8 @@ def _sampling(args) -> SamplingSettings:
         raise UsageError("--samples needs --temperature > 0 (greedy generations are all the same)")
     if not settings.greedy and args.check_exact:
         raise UsageError("--check-exact compares with greedy decoding: use it with --temperature 0")
-    if not settings.greedy and args.acceptance:
-        raise UsageError("--acceptance runs with greedy decoding only (--temperature 0)")
+    if not settings.greedy and args.acceptance and (settings.top_k or settings.top_p < 1):
+        raise UsageError("--acceptance under sampling needs --top-k 0 and --top-p 1 (a controlled accept needs p > 0)")
     return settings
 
 

@@ -1,10 +1,12 @@
-"""Greedy speculative decoding on static KV caches, with at most one host sync per round.
+"""Speculative decoding on static KV caches, greedy or sampled, with at most one host sync per round.
 
 The decoder owns the device-side state of a generation (`Run`): the output buffer, the counter of
 emitted tokens, the per-round accepted counts and a cursor [prev, f, p] (f the last emitted token,
 at position p, and prev the token before it). A round's result is computed on the device: accepted
 = the cumulative product of matches, summed; f = the target's argmax at that index; the emitted
-tokens are scattered into the output buffer. The host reads one small packed tensor per round, and
+tokens are scattered into the output buffer (sampling: `sampling.verify_block` decides accepted and
+f from the target's and draft's distributions and the round's random numbers, all on the device;
+docs/design.md, "Sampling"). The host reads one small packed tensor per round, and
 the tokens once at the end. Cropping a cache after a rejection is only moving the cursor: the
 models write K/V by position and mask the slots above it (see model/transformer.py).
 
@@ -298,7 +300,8 @@ class Run:
 
 
 class Decoder:
-    """Greedy decoding of `target`, alone (baseline) or speculatively with `draft`.
+    """Decoding of `target`, alone (baseline) or speculatively with `draft`: greedy, or exact
+    speculative sampling with `sampling` (a SamplingSettings with temperature > 0).
 
     target, draft: `Transformer`s with static caches set up, on their devices (two devices make the
     `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
@@ -354,8 +357,6 @@ class Decoder:
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling
-        if control is not None and not sampling.greedy:
-            raise UsageError("acceptance control runs with greedy decoding only (temperature 0)")
         # sampling: the generation's seed and the token ids on each device (fixed addresses, for graphs)
         self.seed_on_target = torch.zeros(1, dtype=torch.long, device=self.target_device)
         self.seed_on_draft = self.seed_on_target.to(self.draft_device)
@@ -654,9 +655,12 @@ class Decoder:
         return u1 * drafts.probs[:1].gather(1, d1)[:, 0] < run.pending.gather(1, d1)[:, 0]
 
     def _accept_uniforms(self, run: Run, drafted: int) -> torch.Tensor:
-        """The accept numbers [drafted] of the positions p+1.. after f (at p)."""
+        """The accept numbers [drafted] of the positions p+1.. after f (at p); acceptance control
+        replaces them (after computing them: their cost stays) by its pattern's 0 or +inf."""
         positions = run.cursor[2:3] + 1 + self.positions[:drafted]
-        return sampling.uniforms(sampling.keys(self.seed_on_target, positions, sampling.ACCEPT), self.vocab[:1])[:, 0]
+        keys = sampling.keys(self.seed_on_target, positions, sampling.ACCEPT)
+        uniforms = sampling.uniforms(keys, self.vocab[:1])[:, 0]
+        return uniforms if self.control is None else self.control.accept_numbers(positions)
 
     def _race_noise(self, at: torch.Tensor) -> torch.Tensor:
         """The race noise [V] of the round whose f is at position `at` [1]: it draws the round's final token."""

@@ -1,7 +1,8 @@
-"""Greedy LM heads for the draft: dense and FlashHead, with one interface.
+"""LM heads for the draft: dense and FlashHead, with one interface.
 
-`head.argmax(hidden [..., d]) -> LongTensor [...]` stays on the device with no host sync and no
-data-dependent Python branching, so it can run inside CUDA-graph capture. Both heads pick the
+`head.argmax(hidden [..., d]) -> LongTensor [...]` (greedy) and `head.logits(hidden) -> [n, V]`
+(sampling; FlashHead's are -inf outside its shortlist) stay on the device with no host sync and no
+data-dependent Python branching, so they can run inside CUDA-graph capture. Both heads pick the
 highest logit in the head's dtype and the lowest token id among exact ties, so a FlashHead that
 probes every cluster returns the dense head's token.
 """

@@ -103,7 +103,9 @@ class Pair:
                 "--acceptance replaces the draft's proposals; it is for synthetic weights only "
                 "(use --acceptance none with real checkpoints)"
             )
-        return AcceptanceControl(spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed)
+        return AcceptanceControl(
+            spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed, self.target_device
+        )
 
     def decoder(
         self,

@@ -134,7 +134,7 @@ CASES = [
     ("model", ["--samples", "3"], "--samples needs --temperature > 0"),
     ("model", ["--seed", "-1"], "--seed must be >= 0"),
     ("model", ["--temperature", "0.7", "--check-exact"], "--check-exact compares with greedy decoding"),
-    ("model", ["--temperature", "0.7", "--acceptance", "a=0.5"], "--acceptance runs with greedy decoding only"),
+    ("model", ["--temperature", "0.7", "--top-p", "0.9", "--acceptance", "a=0.5"], "--acceptance under sampling needs"),
     # measure: numbers, lists, devices, sizes, outputs
     ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),
     ("measure", [*TINY, "--warmup", "-1"], "--warmup must be >= 0"),

@@ -13,6 +13,7 @@ import torch
 from contracts import UsageError
 from contracts.trace import check_summary, check_trace_line, write_trace
 from model import sampling
+from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
@@ -154,3 +155,26 @@ def test_sampled_outputs_follow_the_contracts(pair, tmp_path):
     check_trace_line(greedy)
     with pytest.raises(UsageError):
         check_summary({**summary, "config": {**config, "sampling": {**config["sampling"], "top_p": 2.0}}})
+
+
+@pytest.mark.parametrize("head", ["dense", "flashhead"])
+def test_acceptance_control_sets_the_accepts_under_sampling(pair, head):
+    """Synthetic-weight validation under sampling: the pattern decides every position's test (all
+    accepted, none, or 1,1,0,0 identically in every schedule), while the draft still samples its own
+    proposals and the final token is still drawn."""
+    target, draft = pair
+    w = draft.head_weight
+    draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=2)
+    settings = SamplingSettings(temperature=1.0, seed=2)
+    accepted = {}
+    for spec in ("a=1", "a=0", "pattern=1,1,0,0"):
+        control = AcceptanceControl(spec, 512, 48, torch.device("cpu"))
+        control.bind([0] * 20, len(PROMPT), "p")
+        dec = Decoder(target, draft, draft_head, K=2, graphs=False, phases=False, control=control, sampling=settings)
+        for schedule in SPECULATIVE:
+            g = dec.generate(PROMPT, 16, schedule)
+            accepted[spec, schedule] = [r.accepted for r in g.rounds]
+    for schedule in SPECULATIVE:
+        assert set(accepted["a=1", schedule][:-1]) == {2} and set(accepted["a=0", schedule]) == {0}
+        assert accepted["pattern=1,1,0,0", schedule] == accepted["pattern=1,1,0,0", "deferred"]
+    assert {0, 2} <= set(accepted["pattern=1,1,0,0", "deferred"])
