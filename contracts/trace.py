@@ -125,6 +125,8 @@ def _check_arm_fields(line: dict, where: str) -> None:
             raise UsageError(
                 f"{where}: runs[{name!r}] must list one integer in 0..{RUN_CAP} per emitted token ({line['emitted']})"
             )
+    if "sample" in line:
+        _typed(line, "sample", int, where)
 
 
 def _check_host_gaps(obj: dict, where: str) -> None:
@@ -152,6 +154,23 @@ def check_summary(summary, where: str = "summary") -> None:
             raise UsageError(f"{where}: per_prompt entries must be objects")
         for name, kind in _PER_PROMPT_FIELDS.items():
             _typed(entry, name, kind, f"{where} per_prompt")
+        if "sample" in entry or "tokens" in entry:
+            _typed(entry, "sample", int, f"{where} per_prompt")
+            tokens = entry.get("tokens")
+            if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in tokens)):
+                raise UsageError(f"{where} per_prompt: tokens must be a list of token ids")
+    if summary["config"].get("sampling") is not None:
+        _check_sampling(summary["config"]["sampling"], f"{where} config.sampling")
+
+
+def _check_sampling(sampling, where: str) -> None:
+    """The optional `sampling` object of a summary's config (absent or null: greedy)."""
+    if not isinstance(sampling, dict):
+        raise UsageError(f"{where}: expected an object")
+    for name, kind in (("temperature", float), ("top_k", int), ("top_p", float), ("seed", int), ("samples", int)):
+        _typed(sampling, name, kind, where)
+    if not 0 < sampling["top_p"] <= 1 or sampling["samples"] < 1:
+        raise UsageError(f"{where}: need top_p in (0, 1] and samples >= 1")
 
 
 def read_trace(path: str | Path) -> list[dict]:

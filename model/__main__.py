@@ -30,6 +30,7 @@ from model.early_exit import early_exit  # noqa: E402
 from model.pair import load_pair  # noqa: E402
 from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
+from model.sampling import SamplingSettings  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
 
 EPILOG = """\
@@ -99,7 +100,26 @@ def parse_args(argv) -> argparse.Namespace:
         help="layer kernels: fused (Triton, model/fused_ops.py) or torch (default: fused for Qwen3 on GPU)",
     )
     add("--acceptance", default=None, metavar="SPEC", help="acceptance control for synthetic weights (see below)")
-    add("--seed", type=int, default=0, help="seed of synthetic weights, clustering and acceptance control (default 0)")
+    add(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of synthetic weights, clustering, acceptance control and sampling (default 0)",
+    )
+    add(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sampling temperature; 0 (default) is greedy decoding; speculation keeps the target's distribution",
+    )
+    add("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0: all)")
+    add("--top-p", type=float, default=1.0, help="sample from the smallest set of mass >= p (default 1: all)")
+    add(
+        "--samples",
+        type=int,
+        default=1,
+        help="independent generations of each prompt when sampling; each one's tokens go to the summary (default 1)",
+    )
     add("--warmup", type=int, default=1, help="untimed generations of the first prompt per schedule (default 1)")
     add(
         "--phases",
@@ -148,6 +168,7 @@ def main(argv=None) -> int:
 def run(args) -> int:
     schedules = parse_choices(args.schedule, SCHEDULES, "schedule")
     _check_numbers(args)
+    settings = _sampling(args)
     if args.acceptance:
         parse_spec(args.acceptance)
     out = Path(args.out) if args.out else None
@@ -160,6 +181,11 @@ def run(args) -> int:
     # the timeline's schedule: the first speculative one run (the baseline when only it runs)
     args.timeline_schedule = next((s for s in schedules if s != "baseline"), schedules[0]) if args.timeline else None
     arms_choice = _arms(args, schedules)
+    if not settings.greedy and (arms_choice or (args.placement or "").startswith("tp")):
+        raise UsageError(
+            "--temperature > 0 runs with the draft model at a fixed K on one or two devices "
+            "(not with --policy, --drafter or tpN placements yet)"
+        )
     prompts = select_prompts(args.prompts, args.prompts_file)
     speculative = any(s != "baseline" for s in schedules)
     pair = load_pair(
@@ -184,6 +210,7 @@ def run(args) -> int:
         phases=args.phases == "on",
         stop_at_eos=args.stop_at_eos,
         drafting=_drafting(pair, arms_choice, args) if arms_choice else None,
+        sampling=settings,
     )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
@@ -206,6 +233,8 @@ def run(args) -> int:
     if arms_choice:
         config.update(policy=args.policy, arms=[a.label() for a in arms_choice], lookup_ngram=args.lookup_ngram)
         config["early_exit_layers"] = args.early_exit_layers
+    if not settings.greedy:
+        config["sampling"] = {**settings.describe(), "samples": args.samples}
     summaries = {s: summarize({**config, **_head_config(s, head, args)}, runs) for s, runs in results.items()}
     if out is not None:
         lookup_ngram = args.record_lookup_runs
@@ -282,15 +311,31 @@ def _check_numbers(args) -> None:
         raise UsageError("--probes and --clustering apply to --head flashhead only")
 
 
+def _sampling(args) -> SamplingSettings:
+    """The sampling settings (bad values: one line, exit 2), and the options that need greedy decoding."""
+    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.samples < 1:
+        raise UsageError(f"--samples must be >= 1, got {args.samples}")
+    if settings.greedy and args.samples > 1:
+        raise UsageError("--samples needs --temperature > 0 (greedy generations are all the same)")
+    if not settings.greedy and args.check_exact:
+        raise UsageError("--check-exact compares with greedy decoding: use it with --temperature 0")
+    if not settings.greedy and args.acceptance and (settings.top_k or settings.top_p < 1):
+        raise UsageError("--acceptance under sampling needs --top-k 0 and --top-p 1 (a controlled accept needs p > 0)")
+    return settings
+
+
 def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
-    """Every schedule over every prompt (warm-up generations first); {schedule: [(prompt_id, Generation)]}."""
+    """Every schedule over every prompt and sample (warm-up generations first);
+    {schedule: [(prompt_id, Generation)]}."""
     results = {}
-    total = len(schedules) * (len(prompts) + args.warmup)
+    total = len(schedules) * (len(prompts) * args.samples + args.warmup)
     with tqdm(total=total, desc="decoding", unit="gen", file=sys.stderr, disable=None, leave=False) as bar:
         for schedule in schedules:
-            runs = [(prompts[0], ids[0])] * args.warmup + list(zip(prompts, ids))
+            runs = [(prompts[0], ids[0], 0)] * args.warmup
+            runs += [(p, x, sample) for p, x in zip(prompts, ids) for sample in range(args.samples)]
             results[schedule] = []
-            for index, (prompt, x) in enumerate(runs):
+            for index, (prompt, x, sample) in enumerate(runs):
                 if control is not None:
                     control.bind(references[prompt.id], len(x), prompt.id)
                 if index == args.warmup and dec.drafting is not None:
@@ -298,7 +343,7 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
                 bar.set_postfix_str(f"{schedule} {prompt.id}")
                 # the timeline: the first recorded generation of its schedule only
                 dec.clock.timeline = schedule == args.timeline_schedule and index == args.warmup
-                generation = dec.generate(x, args.max_new_tokens, schedule)
+                generation = dec.generate(x, args.max_new_tokens, schedule, sample)
                 dec.clock.timeline = False
                 if index >= args.warmup:
                     results[schedule].append((prompt.id, generation))
@@ -362,13 +407,23 @@ def _check_exact(results, references, args) -> dict[str, str]:
     return problems
 
 
+def _sampling_note(config: dict) -> str:
+    sampling = config.get("sampling")
+    if sampling is None:
+        return " | greedy"
+    return (
+        f" x {sampling['samples']} samples | sampling: temperature {sampling['temperature']}, "
+        f"top-k {sampling['top_k'] or 'off'}, top-p {sampling['top_p']}, seed {sampling['seed']}"
+    )
+
+
 def _print_table(summaries, config, args, mismatches: dict | None) -> None:
     draft = f", draft {config['draft']}" if config["draft"] else ""
     print(
         f"target {config['target']}{draft} | weights: {config['weights']} | placement {config['placement']} | "
         f"graphs {'on' if config['graphs'] else 'off'} | kernels {config['kernels']} ({config['awq_kernel']}) | "
         f"K={args.K} | {len(config['prompts'])} prompts x "
-        f"{args.max_new_tokens} tokens"
+        f"{args.max_new_tokens} tokens{_sampling_note(config)}"
     )
     if config["weights"] == "synthetic":
         note = (

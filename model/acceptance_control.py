@@ -6,6 +6,13 @@ proposal is then replaced on the device: for the token at absolute position q it
 target's own greedy token there (from a reference run of the target alone) when the pattern says
 "accept", and that token + 1 (mod V), which the target rejects, when it says "reject".
 
+Under sampling (model/sampling.py) the draft keeps its own sampled proposal and q; the control sets
+instead the accept number of each position: 0 where the pattern says "accept" (accepted wherever the
+target gives the token any probability, which holds for every token when no top-k or top-p cuts the
+distribution) and +inf where it says "reject" (u * q(d) < p(d) then fails). Every real cost stays:
+the draft's sampling, the acceptance test, the residual or bonus sample. The output is then no
+longer the target's distribution; with synthetic weights it is not language either.
+
 The pattern is a bit per output position (position P + 1 + j for bit j, P the prompt length).
 Every position is tested at most once on the accepted path (a round ends at its first rejection,
 and the next round starts after the correction), so i.i.d. bits give exactly i.i.d. per-token
@@ -25,11 +32,22 @@ from contracts import UsageError
 class AcceptanceControl:
     """Replaces draft proposals on the device; its buffers have fixed addresses (graph-safe)."""
 
-    def __init__(self, spec: str, vocab_size: int, capacity: int, device: torch.device, seed: int = 0):
+    def __init__(
+        self,
+        spec: str,
+        vocab_size: int,
+        capacity: int,
+        device: torch.device,
+        seed: int = 0,
+        verify_device: torch.device | None = None,
+    ):
+        """`device`: the draft's (greedy proposals); `verify_device`: the target's, where sampling's
+        accept numbers are set (default `device`)."""
         self.kind, self.rate, self.pattern = parse_spec(spec)
         self.spec, self.vocab_size, self.seed = spec, vocab_size, seed
         self.reference = torch.zeros(capacity, dtype=torch.long, device=device)
         self.accept = torch.zeros(capacity, dtype=torch.bool, device=device)
+        self.accept_on_verify = self.accept if verify_device is None else self.accept.to(verify_device)
 
     def describe(self) -> dict:
         """The summary's `acceptance_control` object."""
@@ -53,6 +71,8 @@ class AcceptanceControl:
         bits[prompt_len + 1 :] = self._bits(capacity - prompt_len - 1, key)
         self.reference.copy_(ref)
         self.accept.copy_(bits)
+        if self.accept_on_verify is not self.accept:
+            self.accept_on_verify.copy_(bits)
 
     def _bits(self, n: int, key: str) -> torch.Tensor:
         if self.kind == "pattern":
@@ -65,6 +85,10 @@ class AcceptanceControl:
         computed and discarded: it is what the timing must include)."""
         ref = self.reference[pos]
         return torch.where(self.accept[pos], ref, (ref + 1) % self.vocab_size).view_as(token)
+
+    def accept_numbers(self, positions: torch.Tensor) -> torch.Tensor:
+        """Sampling: the accept numbers [n] of the draft tokens at `positions` (on the verify device)."""
+        return torch.where(self.accept_on_verify[positions], 0.0, float("inf"))
 
 
 def parse_spec(spec: str) -> tuple[str, float | None, list[int] | None]:

@@ -1,10 +1,12 @@
-"""Greedy speculative decoding on static KV caches, with at most one host sync per round.
+"""Speculative decoding on static KV caches, greedy or sampled, with at most one host sync per round.
 
 The decoder owns the device-side state of a generation (`Run`): the output buffer, the counter of
 emitted tokens, the per-round accepted counts and a cursor [prev, f, p] (f the last emitted token,
 at position p, and prev the token before it). A round's result is computed on the device: accepted
 = the cumulative product of matches, summed; f = the target's argmax at that index; the emitted
-tokens are scattered into the output buffer. The host reads one small packed tensor per round, and
+tokens are scattered into the output buffer (sampling: `sampling.verify_block` decides accepted and
+f from the target's and draft's distributions and the round's random numbers, all on the device;
+docs/design.md, "Sampling"). The host reads one small packed tensor per round, and
 the tokens once at the end. Cropping a cache after a rejection is only moving the cursor: the
 models write K/V by position and mask the slots above it (see model/transformer.py).
 
@@ -26,9 +28,10 @@ import torch.nn.functional as F
 from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
-from model import schedules
+from model import sampling, schedules
 from model.graphs import GraphedCall
 from model.heads import DenseHead
+from model.sampling import GREEDY, SamplingSettings
 from model.trace import Generation, Round
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
@@ -235,6 +238,25 @@ def _ms(interval) -> float:
 
 
 @dataclass
+class Proposals:
+    """Draft proposals: tokens [n] and, when sampling, the draft's distributions q [n, V] they were
+    drawn from (None when greedy). Slicing and `.to` keep the two together."""
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None = None
+
+    def __getitem__(self, index: slice) -> Proposals:
+        return Proposals(self.tokens[index], None if self.probs is None else self.probs[index])
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Proposals:
+        probs = None if self.probs is None else self.probs.to(device, non_blocking=non_blocking)
+        return Proposals(self.tokens.to(device, non_blocking=non_blocking), probs)
+
+    def numel(self) -> int:
+        return self.tokens.numel()
+
+
+@dataclass
 class HostRound:
     """What the host knows of a round when it is issued; the accepted counts come at the end."""
 
@@ -282,7 +304,8 @@ class Run:
 
 
 class Decoder:
-    """Greedy decoding of `target`, alone (baseline) or speculatively with `draft`.
+    """Decoding of `target`, alone (baseline) or speculatively with `draft`: greedy, or exact
+    speculative sampling with `sampling` (a SamplingSettings with temperature > 0).
 
     target, draft: `Transformer`s with static caches set up, on their devices (two devices make the
     `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
@@ -333,15 +356,26 @@ class Decoder:
         timeline: bool = False,
         drafting=None,
         tensor_parallel=None,
+        sampling: SamplingSettings = GREEDY,
     ):
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
             raise UsageError("a draft model needs a draft head (DenseHead or FlashHead)")
+        if not sampling.greedy and (drafting is not None or tensor_parallel is not None):
+            raise UsageError(
+                "sampling runs with the draft model at a fixed K on one or two devices (no drafting, no tpN)"
+            )
         self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
         self.target_device = target.head_weight.device
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
+        self.sampling = sampling
+        # sampling: the generation's seed and the token ids on each device (fixed addresses, for graphs)
+        self.seed_on_target = torch.zeros(1, dtype=torch.long, device=self.target_device)
+        self.seed_on_draft = self.seed_on_target.to(self.draft_device)
+        self.vocab = torch.arange(target.head_weight.shape[0], device=self.target_device)
+        self.vocab_on_draft = self.vocab.to(self.draft_device)
         self.eos_id = eos_id if stop_at_eos else None
         self.events = events
         self.tensor_parallel = tensor_parallel
@@ -367,12 +401,19 @@ class Decoder:
 
     # --- step functions (graph-captured) ----------------------------------------------------------
     def _target_fn(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-        """tokens [1, n] at positions start.. -> the target's argmax after each of them [n]."""
+        """tokens [1, n] at positions start.. -> the target's argmax after each of them [n] (greedy),
+        or its distribution after each of them [n, V] (sampling)."""
         n = tokens.shape[1]
         if self.rows:
             tokens = F.pad(tokens, (0, self.rows - n))
         hidden = self.target.forward_hidden(tokens, start + self.positions[: tokens.shape[1]])
-        return self.target_head.argmax(hidden[0, :n])
+        return self._pick(hidden[0, :n])
+
+    def _pick(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target head's greedy tokens [n], or its distributions [n, V] when sampling."""
+        if self.sampling.greedy:
+            return self.target_head.argmax(hidden)
+        return sampling.probabilities(self.target_head.logits(hidden), self.sampling)
 
     def target_forward(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """The target decode step exactly as the schedules run it (graph, fixed width): for measure."""
@@ -384,9 +425,16 @@ class Decoder:
         hidden = self.draft.forward_hidden(tokens, start + self.positions_on_draft[:n])
         return hidden[0, -1:], start + n
 
-    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        token = self.draft_head.argmax(hidden)
-        return token if self.control is None else self.control.propose(token, pos)
+    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor):
+        """The proposal for position `pos`: the draft head's argmax (greedy), or (token [1], q [1, V])
+        drawn from q by the race on the draft noise keyed at `pos` (sampling)."""
+        if self.sampling.greedy:
+            token = self.draft_head.argmax(hidden)
+            return token if self.control is None else self.control.propose(token, pos)
+        q = sampling.probabilities(self.draft_head.logits(hidden), self.sampling)
+        noise = sampling.exponentials(sampling.keys(self.seed_on_draft, pos, sampling.DRAFT), self.vocab_on_draft)
+        token = sampling.race(q, noise)
+        return token, q
 
     def _capture(self) -> None:
         """Capture every graph the schedules use now, before anything is timed. Dummy steps write
@@ -404,8 +452,9 @@ class Decoder:
             torch.cuda.synchronize(device)
 
     # --- a generation ---------------------------------------------------------------------------
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, schedule: str) -> Generation:
-        """Decode up to `max_new_tokens` tokens (the first included) after the prompt with `schedule`."""
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, schedule: str, sample: int = 0) -> Generation:
+        """Decode up to `max_new_tokens` tokens (the first included) after the prompt with `schedule`.
+        Sampling: `sample` picks the generation's random numbers (sampling.generation_seed)."""
         if schedule not in schedules.RUNNERS:
             raise UsageError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
         if schedule != "baseline" and self.draft is None:
@@ -415,6 +464,10 @@ class Decoder:
         if max_new_tokens < 1 or not prompt_ids:
             raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
         self._check_room(len(prompt_ids), max_new_tokens)
+        if not self.sampling.greedy:
+            seed = sampling.generation_seed(self.sampling.seed, sample)
+            self.seed_on_target.fill_(seed)
+            self.seed_on_draft.fill_(seed)
         if self.clock.timeline:
             self.clock.begin()
         t0 = time.perf_counter()
@@ -428,11 +481,14 @@ class Decoder:
         )
         if self.clock.timeline:
             generation.timeline = self.clock.intervals()
+        if not self.sampling.greedy:
+            generation.sample = sample
         return generation
 
-    def reference(self, prompt_ids: list[int], length: int) -> list[int]:
-        """The target's greedy continuation (`length` tokens, the first one first), timing discarded."""
-        return self.generate(prompt_ids, length, "baseline").tokens
+    def reference(self, prompt_ids: list[int], length: int, sample: int = 0) -> list[int]:
+        """The target's own continuation (`length` tokens, the first one first), timing discarded:
+        greedy, or sampled with the random numbers of `sample`."""
+        return self.generate(prompt_ids, length, "baseline", sample).tokens
 
     def _check_room(self, prompt_len: int, max_new: int) -> None:
         need = cache_room(prompt_len, max_new, self.K)
@@ -456,9 +512,9 @@ class Decoder:
             torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
         )
         with self.clock.span("prefill", self.target_device):
-            first = self.target_head.argmax(
-                self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:]
-            )
+            first = self._pick(self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:])
+            if not self.sampling.greedy:  # the first token: the race noise of the round at the prompt's end
+                first = sampling.race(first, self._race_noise(torch.tensor([P - 1], device=self.target_device)))
         if with_draft and self.drafting is not None:
             self.drafting.prefill(prompt, P)
         overlap = with_draft and self.draft_device != self.target_device
@@ -543,22 +599,27 @@ class Decoder:
 
     def draft_steps(
         self, tokens: torch.Tensor, start: torch.Tensor, steps: int, drafter: str = "draft-model"
-    ) -> torch.Tensor:
+    ) -> Proposals:
         """`steps` draft steps (body, then head) of a model drafter from tokens [1, n] at start..;
-        proposals [steps] on the drafter's device."""
+        proposals [steps] on the drafter's device (with their q [steps, V] when sampling)."""
         body, head, device, stream = self.steppers[drafter]
-        proposals = torch.empty(steps, dtype=torch.long, device=device)
+        proposals = Proposals(torch.empty(steps, dtype=torch.long, device=device))
+        if not self.sampling.greedy:
+            proposals.probs = torch.empty(steps, self.vocab.numel(), device=device)
         for i in range(steps):
             self._event("draft_step", stream, tokens.shape[1])
             with self.clock.phase("draft_body", device):
                 hidden, start = body(tokens, start)
             with self.clock.phase("draft_head", device):
                 token = head(hidden, start)
-                proposals[i : i + 1] = token
+                if proposals.probs is not None:  # sampling: (token, q)
+                    token, q = token
+                    proposals.probs[i : i + 1] = q
+                proposals.tokens[i : i + 1] = token
             tokens = token.view(1, 1)
         return proposals
 
-    def propose(self, run: Run, arm: Arm | None = None) -> torch.Tensor:
+    def propose(self, run: Run, arm: Arm | None = None) -> Proposals:
         """K draft steps from f. The first step feeds [prev, f]: after a fully accepted block the draft
         never consumed the block's last token, and re-feeding an already consumed one is harmless.
         Other arms (another drafter, another K) are proposed by `drafting` (model/drafting.py)."""
@@ -567,19 +628,22 @@ class Decoder:
         cursor = run.draft_cursor
         return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
 
-    def lookahead(self, run: Run, block_on_draft: torch.Tensor) -> torch.Tensor:
+    def lookahead(self, run: Run, block_on_draft: Proposals) -> Proposals:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
         K = block_on_draft.numel()
-        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1)
+        return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1)
 
-    def to_target(self, x: torch.Tensor) -> torch.Tensor:
-        """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
-        events (PyTorch's two-way barrier), so no host sync is involved: the copy runs on the source
-        (draft) device's stream after the work queued on the target device, and the target device's
-        later work waits for it. On one device `.to()` is a no-op, and no copy is logged. A tensor-parallel
-        target (model/tensor_parallel.py) gets the draft rank's proposals on every rank (a broadcast)."""
+    def to_target(self, x: Proposals) -> Proposals:
+        """copy_tokens to the target device (when sampling, the proposals' q travel with them). A
+        cross-GPU copy orders both devices' streams with CUDA events (PyTorch's two-way barrier), so
+        no host sync is involved: the copy runs on the source (draft) device's stream after the work
+        queued on the target device, and the target device's later work waits for it. On one device
+        `.to()` is a no-op, and no copy is logged. A tensor-parallel target (model/tensor_parallel.py)
+        gets the draft rank's proposals on every rank (a broadcast)."""
         if self.tensor_parallel is not None:
-            return self.tensor_parallel.share(x.to(self.target_device, non_blocking=True))
+            moved = x.to(self.target_device, non_blocking=True)
+            share = self.tensor_parallel.share
+            return Proposals(share(moved.tokens), None if moved.probs is None else share(moved.probs))
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream
@@ -597,7 +661,8 @@ class Decoder:
         run.draft_cursor = run.cursor.to(self.draft_device, non_blocking=True)
 
     def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:
-        """One target forward over tokens [n] at start..; the target's argmax after each [n].
+        """One target forward over tokens [n] at start..; the target's argmax after each [n] (its
+        distributions [n, V] when sampling).
         `standalone` counts it as an append call (the study's accounting of baseline forwards)."""
         if standalone:
             run.append_calls += 1
@@ -608,20 +673,52 @@ class Decoder:
             return self._target(tokens.view(1, -1), start)
 
     def append(self, run: Run) -> torch.Tensor:
-        """The standalone one-token target forward over f; returns t* (cloned: graph outputs are
-        overwritten by the next replay, and t* must outlive the next verify)."""
+        """The standalone one-token target forward over f; returns t* (its distribution p_1 [1, V]
+        when sampling; cloned: graph outputs are overwritten by the next replay, and t* must outlive
+        the next verify)."""
         run.append_calls += 1
         self._event("append", "target", 1)
         with self.clock.phase("finalize", self.target_device):
             return self._target(run.cursor[1:2].view(1, 1), run.cursor[2:3]).clone()
 
-    def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor):
-        """Accept and emit on the device. seq = [f, d1..dk], preds[i] = the target's token after
-        seq[i]: accepted a = leading matches of d with preds, the new f = preds[a], and the cursor
-        moves to f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
+    def first_accepted(self, run: Run, drafts: Proposals) -> torch.Tensor:
+        """The ordinary schedules' skip test of d1 against the pending t* ([1] bool on the target
+        device): greedy, d1 == t*; sampling, the rejection test of d1 against the standalone append's
+        distribution p_1 with the accept number of d1's position: exactly the test `settle` repeats
+        at position 1, so a skipped verify is a round that accepts nothing."""
+        if self.sampling.greedy:
+            return drafts.tokens[:1] == run.pending
+        d1 = drafts.tokens[:1].view(1, 1)
+        u1 = self._accept_uniforms(run, 1)
+        return u1 * drafts.probs[:1].gather(1, d1)[:, 0] < run.pending.gather(1, d1)[:, 0]
+
+    def _accept_uniforms(self, run: Run, drafted: int) -> torch.Tensor:
+        """The accept numbers [drafted] of the positions p+1.. after f (at p); acceptance control
+        replaces them (after computing them: their cost stays) by its pattern's 0 or +inf."""
+        positions = run.cursor[2:3] + 1 + self.positions[:drafted]
+        keys = sampling.keys(self.seed_on_target, positions, sampling.ACCEPT)
+        uniforms = sampling.uniforms(keys, self.vocab[:1])[:, 0]
+        return uniforms if self.control is None else self.control.accept_numbers(positions)
+
+    def _race_noise(self, at: torch.Tensor) -> torch.Tensor:
+        """The race noise [V] of the round whose f is at position `at` [1]: it draws the round's final token."""
+        return sampling.exponentials(sampling.keys(self.seed_on_target, at, sampling.RACE), self.vocab)[0]
+
+    def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor, draft_probs: torch.Tensor | None = None):
+        """Accept and emit on the device. seq = [f, d1..dk]. Greedy: preds[i] = the target's token
+        after seq[i]; accepted a = leading matches of d with preds, the new f = preds[a]. Sampling:
+        preds [k+1, V] = the target's distributions, draft_probs [k, V] = q of d1..dk, and
+        `sampling.verify_block` decides a and f with the round's random numbers. The cursor moves to
+        f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
         drafted = seq.numel() - 1
-        a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
-        f = preds.gather(0, a)
+        if self.sampling.greedy:
+            a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
+            f = preds.gather(0, a)
+        else:
+            if draft_probs is None:  # the baseline: no draft tokens
+                draft_probs = preds[:0]
+            accept = self._accept_uniforms(run, drafted)
+            a, f = sampling.verify_block(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
         block = torch.cat([seq[1:], f]).scatter_(0, a, f)
         run.out.index_copy_(0, run.n + self.positions[: drafted + 1], block)
         if self.eos_id is not None:

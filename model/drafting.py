@@ -26,6 +26,7 @@ import torch
 from contracts import UsageError
 from contracts.names import POLICY_SCHEDULES
 from contracts.policies import Arm, Policy, make_policy
+from model.decoder import Proposals
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.prompt_lookup import lookup
@@ -100,13 +101,14 @@ class Drafting:
         """The round starts now (its time runs to its read)."""
         self.started = time.perf_counter()
 
-    def propose(self, run, arm: Arm) -> torch.Tensor:
+    def propose(self, run, arm: Arm) -> Proposals:
         """The arm's K proposals, on its drafter's device."""
         dec, context = self.dec, run.prompt_len + run.least  # the host knows n: every deferred round reads it
         if arm.drafter == "prompt-lookup":
             dec._event("lookup", "target", arm.K)
             with dec.clock.phase("draft_body", dec.target_device):
-                return lookup(torch.cat([run.prompt, run.out]), run.n + run.prompt_len, arm.K, self.lookup_ngram)
+                tokens = lookup(torch.cat([run.prompt, run.out]), run.n + run.prompt_len, arm.K, self.lookup_ngram)
+                return Proposals(tokens)
         first = max(2, context - run.cached.get(arm.drafter, context - 2))
         device = dec.steppers[arm.drafter][2]
         cursor = run.cursor if device == dec.target_device else run.draft_cursor

@@ -1,7 +1,8 @@
-"""Greedy LM heads for the draft: dense and FlashHead, with one interface.
+"""LM heads for the draft: dense and FlashHead, with one interface.
 
-`head.argmax(hidden [..., d]) -> LongTensor [...]` stays on the device with no host sync and no
-data-dependent Python branching, so it can run inside CUDA-graph capture. Both heads pick the
+`head.argmax(hidden [..., d]) -> LongTensor [...]` (greedy) and `head.logits(hidden) -> [n, V]`
+(sampling; FlashHead's are -inf outside its shortlist) stay on the device with no host sync and no
+data-dependent Python branching, so they can run inside CUDA-graph capture. Both heads pick the
 highest logit in the head's dtype and the lowest token id among exact ties, so a FlashHead that
 probes every cluster returns the dense head's token.
 """
@@ -43,6 +44,10 @@ class DenseHead:
 
     def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(_flat(hidden, self.weight), self.weight).argmax(dim=-1).reshape(hidden.shape[:-1])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., d] -> float32 logits [n, V], for sampling (model/sampling.py)."""
+        return F.linear(_flat(hidden, self.weight), self.weight).float()
 
     def bytes_per_call(self, rows: int = 1) -> int:
         """Bytes a call must read: the whole head plus the hidden states (the bandwidth floor)."""
@@ -128,6 +133,20 @@ class FlashHead:
             cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
             token = flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight, self.always)
         return token.reshape(hidden.shape[:-1])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., d] -> float32 logits [n, V] of the probed clusters' tokens (and always_tokens),
+        -inf elsewhere: sampling draws from the shortlist only. The clusters are chosen by torch.topk
+        on either backend (ties may pick other clusters than the Triton selection; any shortlist
+        keeps sampling exact)."""
+        h = _flat(hidden, self.weight)
+        cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
+        tokens = self.members[cluster_ids].reshape(h.shape[0], -1)
+        if self.always.numel():
+            tokens = torch.cat([tokens, self.always.expand(h.shape[0], -1)], dim=1)
+        scores = torch.bmm(self.weight[tokens], h.unsqueeze(-1)).squeeze(-1).float()
+        # a padded cluster repeats its own tokens, and always_tokens may be probed too: same score, same slot
+        return torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device).scatter_(1, tokens, scores)
 
 
 def flashhead_agreement(

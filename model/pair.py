@@ -18,6 +18,7 @@ from model.heads import DenseHead, FlashHead
 from model.loading import Loaded, load_model
 from model.memory import check_cache
 from model.presets import PRESETS
+from model.sampling import GREEDY, SamplingSettings
 from model.tensor_parallel import DraftStandIn, TensorParallel
 from model.tokenizer import check_compatible
 
@@ -117,7 +118,9 @@ class Pair:
                 "--acceptance replaces the draft's proposals; it is for synthetic weights only "
                 "(use --acceptance none with real checkpoints)"
             )
-        return AcceptanceControl(spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed)
+        return AcceptanceControl(
+            spec, self.target.model.config.vocab_size, self.room, self.draft_device, self.seed, self.target_device
+        )
 
     def decoder(
         self,
@@ -129,6 +132,7 @@ class Pair:
         stop_at_eos: bool = False,
         timeline: bool = False,
         drafting=None,
+        sampling: SamplingSettings = GREEDY,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -144,6 +148,7 @@ class Pair:
             timeline=timeline,
             drafting=drafting,
             tensor_parallel=self.tensor_parallel,
+            sampling=sampling,
         )
 
 

@@ -34,14 +34,14 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
         if run.pending is None:
             run.pending = dec.append(run)  # the initial append(1) of the first token gives t*
         drafts = dec.to_target(dec.propose(run))  # draft_step x K (the first feeds [prev, f]), copy_tokens(K)
-        same, n, eos = dec.read(drafts[:1] == run.pending, run.n, run.eos)  # sync: skip test d1 == t*
+        same, n, eos = dec.read(dec.first_accepted(run, drafts), run.n, run.eos)  # sync: skip test of d1 vs t*
         run.known(n, eos)
         host.verify_skipped = not same
-        if host.verify_skipped:
-            preds = run.pending.expand(K + 1)  # no verify: accepted 0, f = t*
+        if host.verify_skipped:  # no verify: accepted 0, f = t* (sampling: f from the residual of p_1 and q_1)
+            preds = run.pending.expand(K + 1, *run.pending.shape[1:])
         else:
-            preds = torch.cat([run.pending, dec.verify(run, drafts, run.cursor[2:3] + 1)])  # verify(K)
-        dec.settle(run, torch.cat([run.cursor[1:2], drafts]), preds)
+            preds = torch.cat([run.pending, dec.verify(run, drafts.tokens, run.cursor[2:3] + 1)])  # verify(K)
+        dec.settle(run, torch.cat([run.cursor[1:2], drafts.tokens]), preds, drafts.probs)
         if pipelined:  # finalize: f goes to the draft first, so its next steps need not wait for the append
             dec.to_draft(run)
             run.pending = dec.append(run)
@@ -75,14 +75,15 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         if block is None:
             block_on_draft = dec.propose(run, arm if drafting else None)  # draft_step x K (prompt lookup: lookup)
             block = dec.to_target(block_on_draft) if on_draft else block_on_draft  # copy_tokens(K)
-        seq = torch.cat([run.cursor[1:2], block])
+        seq = torch.cat([run.cursor[1:2], block.tokens])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
         ahead = dec.lookahead(run, block_on_draft) if lookahead and on_draft else None  # draft_step x (K+1)
-        a, f = dec.settle(run, seq, preds)
+        a, f = dec.settle(run, seq, preds, block.probs)
         packed = [run.n, run.eos]
         if ahead is not None:
             ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
-            packed.append((a == K) & (f == ahead_on_target[:1]))  # whole block accepted and bonus == e1
+            # valid for the token actually emitted: whole block accepted and bonus (sampled, when sampling) == e1
+            packed.append((a == K) & (f == ahead_on_target.tokens[:1]))
             # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)
         n, eos, *used = dec.read(*packed)  # sync
         run.known(n, eos)

@@ -40,6 +40,7 @@ class Generation:
     verify_calls: int
     append_calls: int
     timeline: list[tuple] | None = None  # with Decoder(timeline=True): contracts.timeline intervals
+    sample: int | None = None  # sampling: which of the prompt's samples (None: greedy)
 
     @property
     def decode_tokens(self) -> int:
@@ -76,6 +77,8 @@ def trace_lines(
             "context": r.context,
             "lookahead_used": r.lookahead_used,
         }
+        if gen.sample is not None:
+            line["sample"] = gen.sample
         if r.phases_ms is not None:
             line["phases_ms"] = {p: round(r.phases_ms[p], 6) for p in PHASES}
         if r.host_gaps is not None:
@@ -155,6 +158,7 @@ def summarize(config: dict, runs: list[tuple[str, Generation]]) -> dict:
                 "decode_tokens": g.decode_tokens,
                 "decode_ms": g.decode_ms,
                 "rounds": len(g.rounds),
+                **({} if g.sample is None else {"sample": g.sample, "tokens": g.tokens}),
             }
             for pid, g in runs
         ],

@@ -13,6 +13,7 @@ from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.pair import resolve_placement
+from model.sampling import GREEDY, SamplingSettings
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 
@@ -22,7 +23,7 @@ PROMPT = list(b"Speculative decoding on the GPU.")
 MAX_NEW, ROOM, K = 40, 160, 3
 
 
-def _decoder(placement, head="dense", graphs=True, spec="a=0.5", phases=True):
+def _decoder(placement, head="dense", graphs=True, spec="a=0.5", phases=True, sampling=GREEDY):
     """Tiny float32 models (exact argmax comparisons need more than bfloat16's 8 bits)."""
     _, target_device, draft_device = resolve_placement(placement)
     target = load_model("tiny-qwen3", target_device, "float32", seed=1, max_seq_len=ROOM).model
@@ -30,7 +31,7 @@ def _decoder(placement, head="dense", graphs=True, spec="a=0.5", phases=True):
     w = draft.head_weight
     draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
     control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
-    dec = Decoder(target, draft, draft_head, K=K, graphs=graphs, control=control, phases=phases)
+    dec = Decoder(target, draft, draft_head, K=K, graphs=graphs, control=control, phases=phases, sampling=sampling)
     reference = dec.reference(PROMPT, MAX_NEW + 2 * K + 2)
     if control is not None:
         control.bind(reference, len(PROMPT), "p")
@@ -62,11 +63,29 @@ def test_graphs_are_captured_up_front(placement):
     assert (dec._target.captured, dec._body.captured, dec._head.captured) == counts
 
 
+SAMPLING = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=3)
+
+
 @pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("head", ["dense", "flashhead"])
+def test_sampling_in_graphs_equals_eager(placement, head):
+    """Sampled tokens with CUDA graphs equal the eager run's for the same seed: the random numbers are
+    computed inside the graphs from the seed tensor, and replay reproduces them; samples differ."""
+    graphed, _ = _decoder(placement, head, graphs=True, spec=None, sampling=SAMPLING)
+    eager, _ = _decoder(placement, head, graphs=False, spec=None, sampling=SAMPLING)
+    for schedule in ("baseline",) + SPECULATIVE:
+        runs = [graphed.generate(PROMPT, MAX_NEW, schedule, sample) for sample in (0, 1)]
+        assert [g.tokens for g in runs] == [eager.generate(PROMPT, MAX_NEW, schedule, s).tokens for s in (0, 1)]
+        assert runs[0].tokens != runs[1].tokens, schedule
+        assert sum(r.emitted for r in runs[0].rounds) == MAX_NEW - 1
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLING], ids=["greedy", "sampling"])
 @pytest.mark.parametrize("schedule", SPECULATIVE + ("baseline",))
-def test_every_host_sync_is_a_round_read(placement, schedule, monkeypatch):
+def test_every_host_sync_is_a_round_read(placement, sampling, schedule, monkeypatch):
     """CUDA's sync debug mode flags every synchronizing call; the decode loop's only ones are its reads."""
-    dec, _ = _decoder(placement, phases=False)
+    dec, _ = _decoder(placement, phases=False, spec="a=0.5" if sampling.greedy else None, sampling=sampling)
     reads = []
     read, decode = dec.read, schedules.RUNNERS[schedule]
 

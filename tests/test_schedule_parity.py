@@ -37,6 +37,7 @@ from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
+from model.sampling import SamplingSettings
 from model.trace import trace_lines
 from sim import schedules as sim_schedules
 from sim.acceptance import Generation, IIDAcceptance, TraceReplay
@@ -310,3 +311,25 @@ def test_on_two_gpus_the_decoders_copies_are_the_simulators():
                     )
                     events += logged
                 assert events == _simulated(lines, schedule, head, K, "two-gpu"), (schedule, head, K)
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_sampling_keeps_the_event_order(models, schedule, head):
+    """Under sampling every schedule logs the events the simulator logs for its trace: the sampling
+    forms of the skip test and the look-ahead change what is decided, not what is issued."""
+    target, draft = models
+    w = draft.head_weight
+    draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=PROBES)
+    settings = SamplingSettings(temperature=1.0, top_k=8, seed=4)
+    dec = Decoder(target, draft, draft_head, K=3, graphs=False, phases=False, sampling=settings)
+    lines, events = [], []
+    for name, ids in list(PROMPTS.items())[1:]:  # the longer prompt: many rounds, a few seconds per case
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Decoder, "copies", property(lambda self: True))
+            generation, logged = _logged(dec, ids, schedule)
+        lines += trace_lines(
+            generation, prompt_id=name, schedule=schedule, head=head, K=0 if schedule == "baseline" else 3
+        )
+        events += logged
+    assert events == _simulated(lines, schedule, head, 3, "two-gpu")
