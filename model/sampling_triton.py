@@ -4,7 +4,8 @@ all K draft tokens and the race that draws the residual or bonus token over the 
 Semantics are model/sampling.py's `verify_block_reference`, bit for bit from the same random numbers.
 Program j of a grid over the vocabulary first recomputes the acceptance itself (2K gathers, which
 every program reads from L2), so no program waits for another; it then races its slice of the row
-a + 1: r / noise (IEEE-rounded division, as torch divides) for the residual r = max(0, p - q) and for
+a + 1: r / noise (tl.math.div_rn, IEEE-rounded as torch divides; Triton's `/` is approximate on
+NVIDIA GPUs) for the residual r = max(0, p - q) and for
 p itself, the fallback where the residual is all zero. Each race is one packed 64-bit key,
 (quotient bits << 32) | (2^32 - 1 - token id), maxed atomically into a small workspace: the max key
 is the highest quotient with the lowest id, and integer max does not depend on the order programs
