@@ -41,6 +41,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 import torch
 
@@ -98,14 +99,14 @@ SWEEPS = (
 
 
 @contextmanager
-def launch_shape(setting: str, shape: dict) -> Iterator[None]:
-    """flashhead_triton.<setting> (e.g. CENTROID_LAUNCH) is `shape` inside the block, as before after it."""
-    before = getattr(flashhead_triton, setting)
-    setattr(flashhead_triton, setting, shape)
+def launch_shape(setting: str, shape: dict, kernels: ModuleType = flashhead_triton) -> Iterator[None]:
+    """kernels.<setting> (e.g. flashhead_triton.CENTROID_LAUNCH) is `shape` inside the block, as before after it."""
+    before = getattr(kernels, setting)
+    setattr(kernels, setting, shape)
     try:
         yield
     finally:
-        setattr(flashhead_triton, setting, before)
+        setattr(kernels, setting, before)
 
 
 def best_shape(rows: list[dict], current: dict) -> dict:
@@ -114,7 +115,14 @@ def best_shape(rows: list[dict], current: dict) -> dict:
 
 
 def sweep(
-    name: str, setting: str, shapes: list[dict], fn: Callable, states, device: torch.device, reps: int
+    name: str,
+    setting: str,
+    shapes: list[dict],
+    fn: Callable,
+    states,
+    device: torch.device,
+    reps: int,
+    kernels: ModuleType = flashhead_triton,
 ) -> list[dict]:
     """Times `fn` under each launch shape; returns the rows, best first. A shape that does not compile
     or fit is printed and skipped."""
@@ -122,7 +130,7 @@ def sweep(
     for shape in shapes:
         label = json.dumps(shape)
         try:
-            with launch_shape(setting, shape):
+            with launch_shape(setting, shape, kernels):
                 timing = time_in_graph(fn, states, device, reps=reps)
         except Exception as error:  # any failure of one shape is reported; the sweep goes on
             print(f"{name} {label}: failed ({type(error).__name__}: {str(error)[:120]})", flush=True)

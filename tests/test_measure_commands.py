@@ -1,4 +1,5 @@
-"""The GPU benchmark commands (python -m measure.speed, measure.head_speed, measure.awq_sweep) on CPU:
+"""The GPU benchmark commands (python -m measure.speed, measure.head_speed, measure.awq_sweep,
+measure.verify_speed) on CPU:
 --help works anywhere; without a GPU each refuses in one line with exit code 2 and writes nothing; a
 bad --out is refused before any work; and their pure helpers (floors, byte counts, sweep grids,
 estimates, printed lines) compute what they say."""
@@ -11,12 +12,13 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, head_speed, speed, speed_file
+from measure import awq_sweep, head_speed, speed, speed_file, verify_speed
 from measure.timing import check_out, environment_header, floor_ms, require_cuda
 from model import flashhead_triton
 from model.flashhead import build_clustering
 from model.heads import DenseHead
 from model.loading import load_model
+from model.sampling import verify_block_reference
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
 
@@ -26,6 +28,7 @@ COMMANDS = [
     (head_speed, "python -m measure.head_speed", ["FlashHead", "launch", "dense head", "profile"]),
     (awq_sweep, "python -m measure.awq_sweep", ["w4a16", "int4pack", "--budget-s", "floor"]),
     (speed_file, "python -m measure.speed_file", ["draft_step_ms", "floor", "prefill_tflops", "Hugging Face"]),
+    (verify_speed, "python -m measure.verify_speed", ["sampling verify", "greedy settle", "floor", "launch"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 
@@ -316,3 +319,32 @@ def test_speed_file_floors_count_the_key_value_cache_and_prefill_counts_every_pr
     attention = 2 * config.n_layers * config.n_heads * config.head_dim * tokens * tokens
     head = 2 * config.vocab_size * config.hidden_size
     assert speed_file.prefill_flops(config, tokens) == 2 * projections * tokens + attention + head
+
+
+def test_verify_speed_greedy_settle_accepts_the_leading_matches():
+    drafts = torch.tensor([4, 7, 9])
+    assert [t.tolist() for t in verify_speed.greedy_settle(drafts, torch.tensor([4, 7, 1, 5]))] == [[2], [1]]
+    assert [t.tolist() for t in verify_speed.greedy_settle(drafts, torch.tensor([4, 7, 9, 5]))] == [[3], [5]]
+    assert [t.tolist() for t in verify_speed.greedy_settle(drafts, torch.tensor([3, 7, 9, 5]))] == [[0], [3]]
+
+
+def test_verify_speed_rounds_reject_where_asked_and_tie_when_asked():
+    generator = torch.Generator().manual_seed(0)
+    for K in (1, 4, 8):
+        for reject_at in range(K + 1):
+            p, q, drafts, uniforms, noise = verify_speed.synthetic_round(generator, K, 300, "cpu", reject_at=reject_at)
+            assert p.shape == (K + 1, 300) and q.shape == (K, 300) and drafts.shape == uniforms.shape == (K,)
+            assert (q > 0).float().mean() < 0.3 and torch.all(q[torch.arange(K), drafts] > 0)  # drawn from a shortlist
+            assert verify_block_reference(p, q, drafts, uniforms, noise)[0].item() == reject_at
+    p, _, _, _, noise = verify_speed.synthetic_round(generator, 4, 300, "cpu", ties=True)
+    assert set(p.unique().tolist()) <= {0.0, 1.0, 2.0, 3.0, 4.0} and torch.all(noise == 1.0)
+
+
+def test_verify_speed_row_line_shows_microseconds_and_the_floor_ratio():
+    row = {"op": "sampling verify triton", "vocab": 262144, "K": 8, "graphs": "in graph", "floor_ms": 0.001}
+    line = verify_speed.format_row({**row, "median_ms": 0.004, "p10_ms": 0.0035, "p90_ms": 0.005})
+    assert line.startswith("sampling verify triton   V=262144  K=8  in graph")
+    assert "4.00 us [3.50, 5.00]" in line and line.endswith("floor 1.00 us (4.0x)")
+    assert "eager" in verify_speed.format_row(
+        {**row, "graphs": False, "floor_ms": None, "median_ms": 0.01, "p10_ms": 0.01, "p90_ms": 0.01}
+    )
