@@ -4,7 +4,7 @@ The decoder owns the device-side state of a generation (`Run`): the output buffe
 emitted tokens, the per-round accepted counts and a cursor [prev, f, p] (f the last emitted token,
 at position p, and prev the token before it). A round's result is computed on the device: accepted
 = the cumulative product of matches, summed; f = the target's argmax at that index; the emitted
-tokens are scattered into the output buffer (sampling: `sampling.verify_block` decides accepted and
+tokens are scattered into the output buffer (sampling: the round's verification decides accepted and
 f from the target's and draft's distributions and the round's random numbers, all on the device;
 docs/design.md, "Sampling"). The host reads one small packed tensor per round, and
 the tokens once at the end. Cropping a cache after a rejection is only moving the cursor: the
@@ -32,6 +32,7 @@ from model import sampling, schedules
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.sampling import GREEDY, SamplingSettings
+from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
@@ -371,6 +372,7 @@ class Decoder:
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling
+        self.verifier = None if sampling.greedy else BlockVerifier(self.target_device)
         # sampling: the generation's seed and the token ids on each device (fixed addresses, for graphs)
         self.seed_on_target = torch.zeros(1, dtype=torch.long, device=self.target_device)
         self.seed_on_draft = self.seed_on_target.to(self.draft_device)
@@ -708,7 +710,8 @@ class Decoder:
         """Accept and emit on the device. seq = [f, d1..dk]. Greedy: preds[i] = the target's token
         after seq[i]; accepted a = leading matches of d with preds, the new f = preds[a]. Sampling:
         preds [k+1, V] = the target's distributions, draft_probs [k, V] = q of d1..dk, and
-        `sampling.verify_block` decides a and f with the round's random numbers. The cursor moves to
+        the round's verification (`self.verifier`: the fused kernel of model/sampling_triton.py on a
+        GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. The cursor moves to
         f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
         drafted = seq.numel() - 1
         if self.sampling.greedy:
@@ -718,7 +721,8 @@ class Decoder:
             if draft_probs is None:  # the baseline: no draft tokens
                 draft_probs = preds[:0]
             accept = self._accept_uniforms(run, drafted)
-            a, f = sampling.verify_block(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
+            verify = self.verifier if drafted else sampling.verify_block_reference  # the kernel needs K >= 1
+            a, f = verify(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
         block = torch.cat([seq[1:], f]).scatter_(0, a, f)
         run.out.index_copy_(0, run.n + self.positions[: drafted + 1], block)
         if self.eos_id is not None:

@@ -153,9 +153,3 @@ def verify_block_reference(target_probs, draft_probs, draft_tokens, accept_unifo
     residual = torch.where(residual.sum() > 0, residual, p_next)
     final = race(residual, race_noise).view(1)
     return accepted, final
-
-
-def verify_block(target_probs, draft_probs, draft_tokens, accept_uniforms, race_noise):
-    """One round's verification, where the decoder calls it: the torch reference (a fused kernel
-    can take its place on the GPU with the same arguments and bit-identical results)."""
-    return verify_block_reference(target_probs, draft_probs, draft_tokens, accept_uniforms, race_noise)
