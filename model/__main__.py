@@ -14,12 +14,11 @@ from pathlib import Path
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
 from contracts.files import check_output_file, staged
+from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
-
-from tqdm import tqdm  # noqa: E402
 
 from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
@@ -211,21 +210,21 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
     """Every schedule over every prompt (warm-up generations first); {schedule: [(prompt_id, Generation)]}."""
     results = {}
     total = len(schedules) * (len(prompts) + args.warmup)
-    with tqdm(total=total, desc="decoding", unit="gen", file=sys.stderr, disable=None, leave=False) as bar:
+    with Progress(total, "decoding", "gen") as progress:
         for schedule in schedules:
             runs = [(prompts[0], ids[0])] * args.warmup + list(zip(prompts, ids))
             results[schedule] = []
             for index, (prompt, x) in enumerate(runs):
                 if control is not None:
                     control.bind(references[prompt.id], len(x), prompt.id)
-                bar.set_postfix_str(f"{schedule} {prompt.id}")
+                progress.note(f"{schedule} {prompt.id}")
                 # the timeline: the first recorded generation of its schedule only
                 dec.clock.timeline = schedule == args.timeline_schedule and index == args.warmup
                 generation = dec.generate(x, args.max_new_tokens, schedule)
                 dec.clock.timeline = False
                 if index >= args.warmup:
                     results[schedule].append((prompt.id, generation))
-                bar.update()
+                progress.update()
     return results
 
 

@@ -10,11 +10,24 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 from contracts.files import check_output_file, check_output_folder, staged
+from contracts.progress import Progress
 from contracts.timeline import write_timeline
 
 from .profile import editable_paths
 from .report import LEGEND, comparison_table, phase_share_figure, results_table, sweep_figure, write_outputs
-from .scenario import LIMITS, MAX_DECODE_TOKENS, NAMED_KEYS, Scenario, parse_change, resolve, run, timeline, with_change
+from .scenario import (
+    LIMITS,
+    MAX_DECODE_TOKENS,
+    MAX_RUN_TOKENS,
+    NAMED_KEYS,
+    Scenario,
+    parse_change,
+    resolve,
+    run,
+    timeline,
+    with_change,
+    work,
+)
 
 EPILOG = (
     """\
@@ -35,8 +48,10 @@ what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
 
 limits: """
     + ", ".join(f"{k} <= {v:,}" for k, v in LIMITS.items() if k != "seed")
-    + f""", and at most {MAX_DECODE_TOKENS:,} decode tokens
-  (prompts x max-new-tokens) per configuration; every input is checked before anything runs.
+    + f""", at most {MAX_DECODE_TOKENS:,} decode tokens
+  (prompts x max-new-tokens) per configuration, and at most {MAX_RUN_TOKENS:,} decode tokens simulated
+  per command (every configuration, head-only ceiling, what-if and sweep point; --no-ceiling halves
+  it); every input is checked before anything runs. Progress shows on stderr when it is a terminal.
 
 """
     + LEGEND
@@ -142,6 +157,7 @@ class Plan:
     what_if: Scenario | None = None
     sweep_key: str | None = None
     sweep: list[tuple[str, Scenario]] = field(default_factory=list)
+    work: int = 0  # decode tokens to simulate, all scenarios together
 
 
 def plan(args) -> Plan:
@@ -153,22 +169,28 @@ def plan(args) -> Plan:
         check_output_folder(Path(args.out), "--out")
     if args.timeline:
         check_output_file(Path(args.timeline), "--timeline")
+    ceiling = not args.no_ceiling
     base = build_scenario(args)
     result = Plan(base)
-    resolve(base)
+    result.work = work(resolve(base), ceiling)
     if args.what_if:
         changed = base
         for text in args.what_if:
             changed = with_change(changed, *parse_change(text))
-        resolve(changed)
+        result.work += work(resolve(changed), ceiling)
         result.what_if = changed
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
         for value in (v.strip() for v in values.split(",")):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
-            resolve(changed)
+            result.work += work(resolve(changed), ceiling)
             result.sweep.append((f"{key}{op}{value}", changed))
+    if result.work > MAX_RUN_TOKENS:
+        raise UsageError(
+            f"this run would simulate {result.work:,} decode tokens, over the {MAX_RUN_TOKENS:,} of one command "
+            "(use fewer prompts, tokens, schedules, heads or sweep values, or --no-ceiling)"
+        )
     return result
 
 
@@ -183,13 +205,16 @@ def _run(args) -> int:
         return 0
     todo = plan(args)
     ceiling = not args.no_ceiling
-    rows, resolved = run(todo.base, ceiling)
+    with Progress(todo.work, "simulating", "tok") as progress:
+        rows, resolved = run(todo.base, ceiling, progress)
+        what_if = run(todo.what_if, ceiling, progress) if todo.what_if is not None else None
+        swept = [(label, run(scenario, ceiling, progress)[0]) for label, scenario in todo.sweep]
     payload = {"scenario": todo.base.describe(), "notes": resolved.notes, "warnings": resolved.warnings}
     print("\n".join(f"# {n}" for n in resolved.notes))
     print(results_table(rows, wide=args.wide))
     out_rows = rows
-    if todo.what_if is not None:
-        after, after_resolved = run(todo.what_if, ceiling)
+    if what_if is not None:
+        after, after_resolved = what_if
         label = ", ".join(args.what_if)
         print("\n".join(f"# what-if {n}" for n in after_resolved.notes if n not in resolved.notes))
         print()
@@ -205,9 +230,9 @@ def _run(args) -> int:
             row["label"] = "base"
         out_rows = rows + after
     sweep_rows = []
-    for label, scenario in todo.sweep:
+    for label, sweep_point_rows in swept:
         value = label.split("=", 1)[1]
-        for row in run(scenario, ceiling)[0]:
+        for row in sweep_point_rows:
             row["sweep_value"] = _number(value)
             row["label"] = label
             sweep_rows.append(row)

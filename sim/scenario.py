@@ -13,6 +13,7 @@ from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.names import REGIME_OF_GRAPHS_FLAG, SPECULATIVE_SCHEDULES
+from contracts.progress import Progress
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
@@ -57,16 +58,18 @@ class Scenario:
 
 
 # Documented limits of what one simulation is asked (README, `python -m sim --help`): beyond them a run
-# takes minutes with no answer, or describes no decoder that exists.
+# takes minutes with no answer, or describes no decoder that exists. reports/limits/ measures the time and
+# memory of the largest accepted inputs (python -m sim.limits).
 LIMITS = {
     "K": 64,
     "probes": 1 << 20,
     "prompts": 10_000,
-    "max_new_tokens": 100_000,
+    "max_new_tokens": 32_768,
     "prompt_len": 1_000_000,
     "seed": 2**32 - 1,
 }
-MAX_DECODE_TOKENS = 2_000_000  # prompts x new tokens per configuration: about a minute at worst
+MAX_DECODE_TOKENS = 200_000  # prompts x new tokens of one configuration
+MAX_RUN_TOKENS = 1_000_000  # decode tokens simulated by one command: every configuration, ceiling, what-if, sweep point
 NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
 
 
@@ -205,11 +208,41 @@ def resolve(s: Scenario) -> Resolved:
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
+    _check_size(
+        generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if isinstance(source, TraceReplay) else "K"
+    )
     notes.append(f"acceptance: {source.describe()}")
     sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
     configs = [Config("baseline", s.heads[0], K, probes, placement)]
     configs += [Config(sched, head, K, probes, placement) for sched in s.schedules for head in s.heads]
     return Resolved(profile, regime, sources, generations, configs, notes)
+
+
+def _check_size(generations: list[Generation], K: int, label: str) -> None:
+    """The limits hold for what a trace asks too, not only for what the options say."""
+    longest_prompt = max(g.prompt_len for g in generations)
+    longest_generation = max(g.decode_tokens for g in generations) + 1  # the first token is not decoded
+    tokens = sum(g.decode_tokens for g in generations)
+    problem = None
+    if LIMITS["K"] < K:
+        problem = f"K={K} is over the limit of {LIMITS['K']}"
+    elif len(generations) > LIMITS["prompts"]:
+        problem = f"{len(generations):,} generations are over the limit of {LIMITS['prompts']:,}"
+    elif longest_prompt > LIMITS["prompt_len"]:
+        problem = f"a prompt of {longest_prompt:,} tokens is over the limit of {LIMITS['prompt_len']:,}"
+    elif longest_generation > LIMITS["max_new_tokens"]:
+        problem = f"a generation of {longest_generation:,} tokens is over the limit of {LIMITS['max_new_tokens']:,}"
+    elif tokens > MAX_DECODE_TOKENS:
+        problem = f"{tokens:,} decode tokens are over the {MAX_DECODE_TOKENS:,} of one configuration"
+    if problem:
+        raise UsageError(f"{label}: {problem} (python -m sim --help lists the limits)")
+
+
+def work(r: Resolved, ceiling: bool) -> int:
+    """Decode tokens `run` simulates for a resolved scenario: every configuration, and again with a
+    free head for each speculative one when the ceiling is asked."""
+    runs = len(r.configs) + (sum(c.schedule != "baseline" for c in r.configs) if ceiling else 0)
+    return runs * sum(g.decode_tokens for g in r.generations)
 
 
 def _generations(s: Scenario, source, profile: Profile) -> list[Generation]:
@@ -296,13 +329,18 @@ def timeline(s: Scenario) -> tuple[list[tuple], dict]:
     return row["timeline"], meta
 
 
-def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
-    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups."""
+def run(s: Scenario, ceiling: bool = True, progress: Progress | None = None) -> tuple[list[dict], Resolved]:
+    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups (not each
+    round: `simulate` gives those). `progress` counts the decode tokens simulated."""
     r = resolve(s)
     costs = r.profile.costs[r.regime]
+    advance = progress.update if progress is not None else None
     rows = []
     for config in r.configs:
-        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling)
+        if progress is not None:
+            progress.note(f"{config.schedule} {config.head}" if config.schedule != "baseline" else "baseline")
+        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling, advance=advance)
+        del row["rounds_detail"]  # one dict per round: a long run's largest part, and no row needs it
         if row["decode_ms"] <= 0:
             raise UsageError(
                 f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "

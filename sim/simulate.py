@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import simpy
 
@@ -22,6 +23,7 @@ def _run(
     free_head: bool = False,
     events: bool = False,
     timeline: bool = False,
+    advance: Callable[[int], None] | None = None,
 ) -> dict:
     env = simpy.Environment()
     m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None)
@@ -42,6 +44,8 @@ def _run(
                 yield from RUNNERS[config.schedule](m, g, source.stream(g, seed))
                 decode.append(env.now - first)
                 m.timeline = None  # launches of later generations are not recorded
+                if advance is not None:
+                    advance(g.decode_tokens)
 
     env.process(host_thread())
     env.run()
@@ -63,6 +67,7 @@ def simulate(
     ceiling: bool = True,
     events: bool = False,
     timeline: bool = False,
+    advance: Callable[[int], None] | None = None,
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
@@ -70,8 +75,9 @@ def simulate(
     `(name, stream, tokens)` per operation, as model.decoder.Decoder logs them).
     `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
-    start; its prefills before it)."""
-    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline)
+    start; its prefills before it).
+    `advance`: called with each generation's decode tokens once it is simulated (progress)."""
+    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline, advance=advance)
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
@@ -103,7 +109,7 @@ def simulate(
         "rounds_detail": m.rounds,
     }
     if ceiling and config.schedule != "baseline":
-        free = _run(costs, config, source, generations, seed, free_head=True)
+        free = _run(costs, config, source, generations, seed, free_head=True, advance=advance)
         free_ms = sum(free["decode"])
         result["head_only_tok_s"] = 1000.0 * tokens / free_ms if free_ms else 0.0
         result["head_only_ratio"] = (
