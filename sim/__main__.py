@@ -18,7 +18,7 @@ from .report import LEGEND, comparison_table, phase_share_figure, results_table,
 from .scenario import (
     LIMITS,
     MAX_DECODE_TOKENS,
-    MAX_RUN_TOKENS,
+    MAX_RUN_OPERATIONS,
     NAMED_KEYS,
     Scenario,
     parse_change,
@@ -49,9 +49,11 @@ what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
 limits: """
     + ", ".join(f"{k} <= {v:,}" for k, v in LIMITS.items() if k != "seed")
     + f""", at most {MAX_DECODE_TOKENS:,} decode tokens
-  (prompts x max-new-tokens) per configuration, and at most {MAX_RUN_TOKENS:,} decode tokens simulated
-  per command (every configuration, head-only ceiling, what-if and sweep point; --no-ceiling halves
-  it); every input is checked before anything runs. Progress shows on stderr when it is a terminal.
+  (prompts x max-new-tokens) per configuration, and at most {MAX_RUN_OPERATIONS:,} model operations per
+  command, counted at their most: K draft steps and a verify per decode token of every speculative
+  configuration (again for its head-only ceiling; --no-ceiling halves it), one forward per baseline
+  token, over every what-if and sweep point. Every input is checked before anything runs. Progress shows
+  on stderr when it is a terminal, never in a log.
 
 """
     + LEGEND
@@ -157,7 +159,12 @@ class Plan:
     what_if: Scenario | None = None
     sweep_key: str | None = None
     sweep: list[tuple[str, Scenario]] = field(default_factory=list)
-    work: int = 0  # decode tokens to simulate, all scenarios together
+    tokens: int = 0  # decode tokens to simulate, all scenarios together
+    operations: int = 0  # model operations they take at most
+
+    def add(self, work: tuple[int, int]) -> None:
+        self.tokens += work[0]
+        self.operations += work[1]
 
 
 def plan(args) -> Plan:
@@ -172,24 +179,25 @@ def plan(args) -> Plan:
     ceiling = not args.no_ceiling
     base = build_scenario(args)
     result = Plan(base)
-    result.work = work(resolve(base), ceiling)
+    result.add(work(resolve(base), ceiling))
     if args.what_if:
         changed = base
         for text in args.what_if:
             changed = with_change(changed, *parse_change(text))
-        result.work += work(resolve(changed), ceiling)
+        result.add(work(resolve(changed), ceiling))
         result.what_if = changed
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
         for value in (v.strip() for v in values.split(",")):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
-            result.work += work(resolve(changed), ceiling)
+            result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))
-    if result.work > MAX_RUN_TOKENS:
+    if result.operations > MAX_RUN_OPERATIONS:
         raise UsageError(
-            f"this run would simulate {result.work:,} decode tokens, over the {MAX_RUN_TOKENS:,} of one command "
-            "(use fewer prompts, tokens, schedules, heads or sweep values, or --no-ceiling)"
+            f"this run may simulate {result.operations:,} model operations ({result.tokens:,} decode tokens), over "
+            f"the {MAX_RUN_OPERATIONS:,} of one command (use fewer prompts, tokens, schedules, heads, sweep values "
+            "or a smaller K, or --no-ceiling)"
         )
     return result
 
@@ -205,7 +213,7 @@ def _run(args) -> int:
         return 0
     todo = plan(args)
     ceiling = not args.no_ceiling
-    with Progress(todo.work, "simulating", "tok") as progress:
+    with Progress(todo.tokens, "simulating", "tok") as progress:
         rows, resolved = run(todo.base, ceiling, progress)
         what_if = run(todo.what_if, ceiling, progress) if todo.what_if is not None else None
         swept = [(label, run(scenario, ceiling, progress)[0]) for label, scenario in todo.sweep]

@@ -32,10 +32,20 @@ from contracts.files import MAX_INPUT_BYTES, check_output_folder, staged, write_
 from contracts.progress import Progress
 
 from .profile import DATA
-from .scenario import LIMITS, MAX_DECODE_TOKENS, MAX_RUN_TOKENS
+from .scenario import LIMITS, MAX_DECODE_TOKENS, MAX_RUN_OPERATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
-SIMULATIONS_PER_DEFAULT_RUN = 17  # the baseline, 4 schedules x 2 heads, and a head-only ceiling for each of those 8
+# Runs a case's module as `python -m` would, and records its peak resident memory (VmHWM) at exit: the
+# high-water mark of its own address space, not of the parent it was forked from (ru_maxrss would be).
+WRAPPER = """import atexit, runpy, sys
+peak_file, module, args = sys.argv[1], sys.argv[3], sys.argv[4:]
+def record():
+    with open('/proc/self/status') as status, open(peak_file, 'w') as out:
+        out.write(next(line.split()[1] for line in status if line.startswith('VmHWM:')))
+atexit.register(record)
+sys.argv = [module, *args]
+runpy.run_module(module, run_name='__main__', alter_sys=True)
+"""
 
 
 @dataclass
@@ -131,8 +141,7 @@ def _prompts_file_of(size: int):
 def cases() -> list[Case]:
     sim = ["-m", "sim", "--acceptance", "0.6"]
     small = ["--schedule", "deferred", "--head", "dense"]
-    per_run = MAX_RUN_TOKENS // SIMULATIONS_PER_DEFAULT_RUN  # decode tokens per simulation in a full run
-    prompts_at = per_run // 999
+    operations = f"model operations per command <= {MAX_RUN_OPERATIONS:,}"
     max_new = LIMITS["max_new_tokens"]
     mib = MAX_INPUT_BYTES // 2**20
     return [
@@ -142,7 +151,7 @@ def cases() -> list[Case]:
             "prompts at their limit",
             f"prompts <= {LIMITS['prompts']:,}",
             "accepted",
-            [*sim, *small, "--prompts", str(LIMITS["prompts"]), "--max-new-tokens", "20"],
+            [*sim, *small, "--no-ceiling", "--prompts", str(LIMITS["prompts"]), "--max-new-tokens", "20"],
         ),
         Case(
             "prompts beyond",
@@ -154,7 +163,15 @@ def cases() -> list[Case]:
             "max-new-tokens at its limit",
             f"max-new-tokens <= {max_new:,}",
             "accepted",
-            [*sim, *small, "--prompts", str(MAX_DECODE_TOKENS // max_new), "--max-new-tokens", str(max_new)],
+            [
+                *sim,
+                *small,
+                "--no-ceiling",
+                "--prompts",
+                str(MAX_DECODE_TOKENS // max_new),
+                "--max-new-tokens",
+                str(max_new),
+            ],
         ),
         Case(
             "max-new-tokens beyond",
@@ -166,7 +183,7 @@ def cases() -> list[Case]:
             "decode tokens of one configuration at the limit",
             f"prompts x max-new-tokens <= {MAX_DECODE_TOKENS:,}",
             "accepted",
-            [*sim, *small, "--prompts", str(MAX_DECODE_TOKENS // 1000), "--max-new-tokens", "1000"],
+            [*sim, *small, "--no-ceiling", "--prompts", str(MAX_DECODE_TOKENS // 1000), "--max-new-tokens", "1000"],
         ),
         Case(
             "decode tokens of one configuration beyond",
@@ -175,28 +192,46 @@ def cases() -> list[Case]:
             [*sim, *small, "--prompts", str(MAX_DECODE_TOKENS // 1000 + 1), "--max-new-tokens", "1000"],
         ),
         Case(
-            "every schedule x head with ceilings, at the run's limit",
-            f"decode tokens simulated per command <= {MAX_RUN_TOKENS:,}",
+            "every schedule x head with ceilings at K=6, a=0.6, at the run's limit",
+            operations,
             "accepted",
-            [*sim, "--prompts", str(prompts_at), "--max-new-tokens", "1000"],
+            [*sim, "--prompts", "280", "--max-new-tokens", "64"],
         ),
         Case(
-            "every schedule x head with ceilings, beyond",
-            f"decode tokens simulated per command <= {MAX_RUN_TOKENS:,}",
-            "refused",
-            [*sim, "--prompts", str(prompts_at + 1), "--max-new-tokens", "1000"],
-        ),
-        Case(
-            "a 64-point sweep of K (default size)",
-            f"decode tokens simulated per command <= {MAX_RUN_TOKENS:,}",
+            "the same with every draft token rejected (a=0)",
+            operations,
             "accepted",
-            [*sim, "--sweep", "K=" + ",".join(map(str, range(1, 65)))],
+            ["-m", "sim", "--acceptance", "0", "--prompts", "280", "--max-new-tokens", "64"],
         ),
         Case(
-            "the same sweep with twice the prompts",
-            f"decode tokens simulated per command <= {MAX_RUN_TOKENS:,}",
+            "every schedule x head with ceilings, one prompt more",
+            operations,
             "refused",
-            [*sim, "--sweep", "K=" + ",".join(map(str, range(1, 65))), "--prompts", "16"],
+            [*sim, "--prompts", "281", "--max-new-tokens", "64"],
+        ),
+        Case(
+            "K=64 with every draft token rejected, with the ceiling, at the run's limit",
+            operations,
+            "accepted",
+            ["-m", "sim", "--acceptance", "0", "--K", "64", *small, "--prompts", "242", "--max-new-tokens", "64"],
+        ),
+        Case(
+            "K=64 with every draft token rejected, one prompt more",
+            operations,
+            "refused",
+            ["-m", "sim", "--acceptance", "0", "--K", "64", *small, "--prompts", "243", "--max-new-tokens", "64"],
+        ),
+        Case(
+            "a sweep K=1..8 of every schedule x head, at the run's limit",
+            operations,
+            "accepted",
+            [*sim, "--sweep", "K=1,2,3,4,5,6,7,8", "--prompts", "38"],
+        ),
+        Case(
+            "the same sweep, one prompt more",
+            operations,
+            "refused",
+            [*sim, "--sweep", "K=1,2,3,4,5,6,7,8", "--prompts", "39"],
         ),
         Case(
             "prompt-len at its limit",
@@ -230,7 +265,7 @@ def cases() -> list[Case]:
             f"a trace of {mib} MiB (the input size limit)",
             f"input files <= {mib} MiB",
             "accepted",
-            ["-m", "sim", "--trace", "{dir}/trace.jsonl", "--no-ceiling"],
+            ["-m", "sim", "--trace", "{dir}/trace.jsonl", *small, "--no-ceiling"],
             lambda folder: _filled_trace(folder / "trace.jsonl", MAX_INPUT_BYTES),
         ),
         Case(
@@ -326,12 +361,15 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
     if case.files is not None:
         case.files(folder)
     argv = [arg.replace("{dir}", str(folder)) for arg in case.command]
+    peak = folder / "peak_kib"
     with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRAPPER, str(peak), *argv], cwd=ROOT, stdout=out, stderr=err, start_new_session=True
+        )
         timed_out = False
         while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            pid, status, _ = os.wait4(child.pid, os.WNOHANG)
             if pid:
                 break
             if time.perf_counter() - start > timeout:
@@ -349,8 +387,10 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
         "message": next((line for line in reversed(errors) if line.startswith("error:")), ""),
         "stderr_lines": len(errors),
         "wall_s": round(wall, 2),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # Linux reports KiB
-        "input_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.name not in ("stdout", "stderr")),
+        "peak_rss_mib": round(int(peak.read_text()) / 1024, 1) if peak.exists() else None,
+        "input_bytes": sum(
+            p.stat().st_size for p in folder.iterdir() if p.name not in ("stdout", "stderr", "peak_kib")
+        ),
     }
 
 

@@ -69,7 +69,9 @@ LIMITS = {
     "seed": 2**32 - 1,
 }
 MAX_DECODE_TOKENS = 200_000  # prompts x new tokens of one configuration
-MAX_RUN_TOKENS = 1_000_000  # decode tokens simulated by one command: every configuration, ceiling, what-if, sweep point
+# Model operations (draft steps and target forwards) one command may simulate, counted at their most: a
+# speculative round of K draft steps and a verify for every decode token, each once more for the ceiling.
+MAX_RUN_OPERATIONS = 2_000_000
 NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
 
 
@@ -100,10 +102,10 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key in ("probes", "K", "prompts", "max_new_tokens", "prompt_len", "seed"):
         low = {"max_new_tokens": 2, "seed": 0}.get(key, 1)
         changed = replace(s, **{key: _int(label, key, value, low)})
-        tokens = (changed.prompts or 8) * (changed.max_new_tokens or 64)
-        if tokens > MAX_DECODE_TOKENS:
+        given = changed.prompts and changed.max_new_tokens  # with a default in place, resolve() checks
+        if given and changed.prompts * changed.max_new_tokens > MAX_DECODE_TOKENS:
             raise UsageError(
-                f"{label}: {changed.prompts or 8} generations x {changed.max_new_tokens or 64} tokens "
+                f"{label}: {changed.prompts} generations x {changed.max_new_tokens} tokens "
                 f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate"
             )
         return changed
@@ -208,8 +210,9 @@ def resolve(s: Scenario) -> Resolved:
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
+    traced = isinstance(source, TraceReplay)
     _check_size(
-        generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if isinstance(source, TraceReplay) else "K"
+        generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if traced else "--prompts x --max-new-tokens"
     )
     notes.append(f"acceptance: {source.describe()}")
     sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
@@ -238,11 +241,14 @@ def _check_size(generations: list[Generation], K: int, label: str) -> None:
         raise UsageError(f"{label}: {problem} (python -m sim --help lists the limits)")
 
 
-def work(r: Resolved, ceiling: bool) -> int:
-    """Decode tokens `run` simulates for a resolved scenario: every configuration, and again with a
-    free head for each speculative one when the ceiling is asked."""
-    runs = len(r.configs) + (sum(c.schedule != "baseline" for c in r.configs) if ceiling else 0)
-    return runs * sum(g.decode_tokens for g in r.generations)
+def work(r: Resolved, ceiling: bool) -> tuple[int, int]:
+    """(decode tokens, model operations at most) that `run` simulates for a resolved scenario: every
+    configuration, and each speculative one again with a free head when the ceiling is asked. A
+    speculative decode token costs at most a round of K draft steps and one verify (every draft rejected)."""
+    tokens = sum(g.decode_tokens for g in r.generations)
+    runs = [1 + (ceiling and c.schedule != "baseline") for c in r.configs]
+    operations = [1 if c.schedule == "baseline" else c.K + 1 for c in r.configs]
+    return tokens * sum(runs), tokens * sum(n * o for n, o in zip(runs, operations))
 
 
 def _generations(s: Scenario, source, profile: Profile) -> list[Generation]:
