@@ -362,6 +362,7 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
         case.files(folder)
     argv = [arg.replace("{dir}", str(folder)) for arg in case.command]
     peak = folder / "peak_kib"
+    load = os.getloadavg()[0]
     with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
         start = time.perf_counter()
         child = subprocess.Popen(
@@ -387,6 +388,7 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
         "message": next((line for line in reversed(errors) if line.startswith("error:")), ""),
         "stderr_lines": len(errors),
         "wall_s": round(wall, 2),
+        "load_average": round(load, 1),  # the 1-minute load when the case started: others sharing the cores
         "peak_rss_mib": round(int(peak.read_text()) / 1024, 1) if peak.exists() else None,
         "input_bytes": sum(
             p.stat().st_size for p in folder.iterdir() if p.name not in ("stdout", "stderr", "peak_kib")
@@ -401,16 +403,18 @@ def report(results: list[dict], header: dict) -> str:
         f"`{header['command']}` at commit `{header['commit']}`, {header['machine']}, Python "
         f"{header['python']}, {header['date']}. Each case is its own process; peak RSS is that process's "
         "maximum resident memory (Python, SimPy and, for model/measure, torch included). Every input is "
-        "checked before any work, so a refused case costs only the start-up and the check.",
+        "checked before any work, so a refused case costs only the start-up and the check. `load` is the "
+        "machine's 1-minute load average when the case started: above the core count, other processes shared "
+        "the cores and the wall time is longer than on an idle machine.",
         "",
-        "| case | limit | expected | outcome | exit | wall s | peak RSS MiB | message |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | limit | expected | outcome | exit | wall s | load | peak RSS MiB | message |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         message = r.get("message", "").replace("|", "\\|")
         lines.append(
             f"| {r['name']} | {r['limit']} | {r['expect']} | {r['outcome']} | {r.get('exit_code', '-')} | "
-            f"{r.get('wall_s', '-')} | {r.get('peak_rss_mib', '-')} | {message} |"
+            f"{r.get('wall_s', '-')} | {r.get('load_average', '-')} | {r.get('peak_rss_mib', '-')} | {message} |"
         )
     lines += ["", "Commands (DIR: the case's temporary folder with its generated input):", ""]
     lines += [f"- {r['name']}: `{r.get('command', '-')}`" for r in results]
