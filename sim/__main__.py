@@ -214,9 +214,9 @@ def _run(args) -> int:
     todo = plan(args)
     ceiling = not args.no_ceiling
     with Progress(todo.tokens, "simulating", "tok") as progress:
-        rows, resolved = run(todo.base, ceiling, progress)
-        what_if = run(todo.what_if, ceiling, progress) if todo.what_if is not None else None
-        swept = [(label, run(scenario, ceiling, progress)[0]) for label, scenario in todo.sweep]
+        rows, resolved = run(todo.base, ceiling, progress, rounds=False)
+        what_if = run(todo.what_if, ceiling, progress, rounds=False) if todo.what_if is not None else None
+        swept = [(label, run(scenario, ceiling, progress, rounds=False)[0]) for label, scenario in todo.sweep]
     payload = {"scenario": todo.base.describe(), "notes": resolved.notes, "warnings": resolved.warnings}
     print("\n".join(f"# {n}" for n in resolved.notes))
     print(results_table(rows, wide=args.wide))

@@ -335,9 +335,12 @@ def timeline(s: Scenario) -> tuple[list[tuple], dict]:
     return row["timeline"], meta
 
 
-def run(s: Scenario, ceiling: bool = True, progress: Progress | None = None) -> tuple[list[dict], Resolved]:
-    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups (not each
-    round: `simulate` gives those). `progress` counts the decode tokens simulated."""
+def run(
+    s: Scenario, ceiling: bool = True, progress: Progress | None = None, rounds: bool = True
+) -> tuple[list[dict], Resolved]:
+    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups.
+    `progress` counts the decode tokens simulated; `rounds=False` drops each row's `rounds_detail` (one
+    dict per round: a long run's largest part, which the command line never shows)."""
     r = resolve(s)
     costs = r.profile.costs[r.regime]
     advance = progress.update if progress is not None else None
@@ -346,7 +349,8 @@ def run(s: Scenario, ceiling: bool = True, progress: Progress | None = None) -> 
         if progress is not None:
             progress.note(f"{config.schedule} {config.head}" if config.schedule != "baseline" else "baseline")
         row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling, advance=advance)
-        del row["rounds_detail"]  # one dict per round: a long run's largest part, and no row needs it
+        if not rounds:
+            del row["rounds_detail"]
         if row["decode_ms"] <= 0:
             raise UsageError(
                 f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "

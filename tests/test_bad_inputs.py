@@ -110,7 +110,7 @@ CASES = [
     ("sim", ["--trace", "{negative_context.jsonl}"], "'context' must be a non-negative integer"),
     ("sim", ["--trace", "{huge_context.jsonl}"], "a prompt of 99,999,999,999 tokens is over the limit"),
     ("sim", ["--profile", "{oversized.json}"], "over the 16 MiB an input may have"),
-    ("sim", ["--prompts", "59", "--max-new-tokens", "1000"], "over the 1,000,000 of one command"),
+    ("sim", ["--acceptance", "0.6", "--prompts", "281"], "over the 2,000,000 of one command"),
     ("sim", ["--sweep", "K=" + ",".join(map(str, range(1, 65))), "--prompts", "16"], "of one command"),
     ("sim", ["--out", "{a_file}"], "exists and is not a folder"),
     ("sim", ["--out", "{a_file}/below"], "is a file, not a folder"),
