@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from contracts import UsageError
 from contracts.files import write_atomic
 from contracts.progress import Progress
-from model.decoder import Decoder
+from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
@@ -117,7 +117,7 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
     continuation's first position, and the early-exit states (layer N's output, final-normed:
     what `model.early_exit` computes) for each N in `exit_layers`."""
     model = loaded.model
-    model.setup_cache(prompt_max + new_tokens + 8)
+    model.setup_cache(cache_room(prompt_max, new_tokens, 1))
     decoder = Decoder(model, graphs=False, phases=False, K=1)
     captured = {}
     hooks = [
