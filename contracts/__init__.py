@@ -7,6 +7,7 @@ Torch-free and dependency-free (standard library only), so the simulator can imp
 - `timeline`: one generation's streams as a Chrome/Perfetto trace, written by the simulator and the
   decoder alike, with its reader and checker;
 - `files`: atomic writing of files and folders;
+- `progress`: progress of long work on a terminal, silent in logs;
 - `cli`: the one-line-error argument parser and `UsageError`, the one exception for bad input.
 """
 

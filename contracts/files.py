@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# The largest text input read (a profile, trace, prompts file or timeline): eighty times the largest
+# trace a validation has written, and what a reader holds in a few hundred MB (reports/limits/).
+MAX_INPUT_BYTES = 16 * 1024 * 1024
+
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename it over `path`; on failure (a full disk)
@@ -69,11 +73,16 @@ def read_json(path: str | Path, what: str):
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """A UTF-8 text file's contents; unreadable or undecodable files are bad input."""
+    """A UTF-8 text file's contents; unreadable, undecodable or oversized files are bad input."""
     from contracts.cli import UsageError
 
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise UsageError(
+                f"{what} {path} is {size / 2**20:.1f} MiB, over the {MAX_INPUT_BYTES // 2**20} MiB an input may have"
+            )
         return path.read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None

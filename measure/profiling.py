@@ -4,14 +4,12 @@ profile (contracts.profile) with a Markdown summary beside it. `python -m measur
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from contracts import UsageError
 from contracts.files import check_output_file
+from contracts.progress import Progress
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
 from model.pair import load_pair, resolve_placement
@@ -134,7 +132,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         )
         + 2
     )
-    with tqdm(total=points, desc="measure", unit="point", file=sys.stderr, disable=None, leave=False) as bar:
+    with Progress(points, "measure", "point") as progress:
         bench = Bench(
             pair.target,
             pair.draft,
@@ -147,7 +145,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             clustering,
             settings.reps,
             settings.warmup,
-            lambda what: (bar.set_postfix_str(what), bar.update()),
+            lambda what: (progress.note(what), progress.update()),
         )
         host = host_costs(bench)
         costs = {}
@@ -158,11 +156,11 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
                 "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
-        bar.update()
+        progress.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)
         agreement = agreement_curve(pair.draft.model.head_weight, clustering, probes, states)
         agreement["source"] = f"{settings.draft} draft hidden states, Spec-Bench {settings.prompts}"
-        bar.update()
+        progress.update()
     bandwidth = copy_bandwidth_gbs(target_device)
     floors = bandwidth_floors(pair, probes, bandwidth)
     backend = FlashHead(pair.draft.model.head_weight, clustering).backend

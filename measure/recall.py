@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from contracts import UsageError
 from contracts.files import write_atomic
+from contracts.progress import Progress
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
@@ -126,20 +126,22 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
     ]
     out = []
     try:
-        for prompt in tqdm(prompts, desc="hidden states", unit="prompt", file=sys.stderr):
-            ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
-            continuation = decoder.reference(ids, new_tokens)
-            tokens = ids + continuation[:-1]
-            hidden = model.forward_hidden(torch.tensor([tokens]), torch.arange(len(tokens)))[0]
-            out.append(
-                {
-                    "id": prompt.id,
-                    "category": study_category(prompt.category),
-                    "states": hidden.clone(),
-                    "start": len(ids) - 1,
-                    "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers},
-                }
-            )
+        with Progress(len(prompts), "hidden states", "prompt") as progress:
+            for prompt in prompts:
+                ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
+                continuation = decoder.reference(ids, new_tokens)
+                tokens = ids + continuation[:-1]
+                hidden = model.forward_hidden(torch.tensor([tokens]), torch.arange(len(tokens)))[0]
+                out.append(
+                    {
+                        "id": prompt.id,
+                        "category": study_category(prompt.category),
+                        "states": hidden.clone(),
+                        "start": len(ids) - 1,
+                        "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers},
+                    }
+                )
+                progress.update()
     finally:
         for hook in hooks:
             hook.remove()

@@ -16,12 +16,11 @@ from contracts.cli import OneLineParser, parse_choices, require_modules
 from contracts.files import check_output_file, staged
 from contracts.names import DRAFTERS, POLICIES, POLICY_SCHEDULES
 from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_policy
+from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
-
-from tqdm import tqdm  # noqa: E402
 
 from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
@@ -330,7 +329,7 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
     {schedule: [(prompt_id, Generation)]}."""
     results = {}
     total = len(schedules) * (len(prompts) * args.samples + args.warmup)
-    with tqdm(total=total, desc="decoding", unit="gen", file=sys.stderr, disable=None, leave=False) as bar:
+    with Progress(total, "decoding", "gen") as progress:
         for schedule in schedules:
             runs = [(prompts[0], ids[0], 0)] * args.warmup
             runs += [(p, x, sample) for p, x in zip(prompts, ids) for sample in range(args.samples)]
@@ -340,14 +339,14 @@ def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:
                     control.bind(references[prompt.id], len(x), prompt.id)
                 if index == args.warmup and dec.drafting is not None:
                     dec.drafting.reset()  # the warm-up's lessons are forgotten, as the simulator never saw them
-                bar.set_postfix_str(f"{schedule} {prompt.id}")
+                progress.note(f"{schedule} {prompt.id}")
                 # the timeline: the first recorded generation of its schedule only
                 dec.clock.timeline = schedule == args.timeline_schedule and index == args.warmup
                 generation = dec.generate(x, args.max_new_tokens, schedule, sample)
                 dec.clock.timeline = False
                 if index >= args.warmup:
                     results[schedule].append((prompt.id, generation))
-                bar.update()
+                progress.update()
     return results
 
 

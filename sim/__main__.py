@@ -10,6 +10,7 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 from contracts.files import check_output_file, check_output_folder, staged
+from contracts.progress import Progress
 from contracts.timeline import write_timeline
 
 from .profile import editable_paths
@@ -22,7 +23,19 @@ from .report import (
     sweep_figure,
     write_outputs,
 )
-from .scenario import LIMITS, MAX_DECODE_TOKENS, NAMED_KEYS, Scenario, parse_change, resolve, run, timeline, with_change
+from .scenario import (
+    LIMITS,
+    MAX_DECODE_TOKENS,
+    MAX_RUN_OPERATIONS,
+    NAMED_KEYS,
+    Scenario,
+    parse_change,
+    resolve,
+    run,
+    timeline,
+    with_change,
+    work,
+)
 
 EPILOG = (
     """\
@@ -43,8 +56,12 @@ what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
 
 limits: """
     + ", ".join(f"{k} <= {v:,}" for k, v in LIMITS.items() if k != "seed")
-    + f""", and at most {MAX_DECODE_TOKENS:,} decode tokens
-  (prompts x max-new-tokens) per configuration; every input is checked before anything runs.
+    + f""", at most {MAX_DECODE_TOKENS:,} decode tokens
+  (prompts x max-new-tokens) per configuration, and at most {MAX_RUN_OPERATIONS:,} model operations per
+  command, counted at their most: K draft steps and a verify per decode token of every speculative
+  configuration (again for its head-only ceiling; --no-ceiling halves it), one forward per baseline
+  token, over every what-if and sweep point. Every input is checked before anything runs. Progress shows
+  on stderr when it is a terminal, never in a log.
 
 """
     + LEGEND
@@ -169,6 +186,12 @@ class Plan:
     what_if: Scenario | None = None
     sweep_key: str | None = None
     sweep: list[tuple[str, Scenario]] = field(default_factory=list)
+    tokens: int = 0  # decode tokens to simulate, all scenarios together
+    operations: int = 0  # model operations they take at most
+
+    def add(self, work: tuple[int, int]) -> None:
+        self.tokens += work[0]
+        self.operations += work[1]
 
 
 def plan(args) -> Plan:
@@ -180,22 +203,29 @@ def plan(args) -> Plan:
         check_output_folder(Path(args.out), "--out")
     if args.timeline:
         check_output_file(Path(args.timeline), "--timeline")
+    ceiling = not args.no_ceiling
     base = build_scenario(args)
     result = Plan(base)
-    resolve(base)
+    result.add(work(resolve(base), ceiling))
     if args.what_if:
         changed = base
         for text in args.what_if:
             changed = with_change(changed, *parse_change(text))
-        resolve(changed)
+        result.add(work(resolve(changed), ceiling))
         result.what_if = changed
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
         for value in (v.strip() for v in values.split(",")):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
-            resolve(changed)
+            result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))
+    if result.operations > MAX_RUN_OPERATIONS:
+        raise UsageError(
+            f"this run may simulate {result.operations:,} model operations ({result.tokens:,} decode tokens), over "
+            f"the {MAX_RUN_OPERATIONS:,} of one command (use fewer prompts, tokens, schedules, heads, sweep values "
+            "or a smaller K, or --no-ceiling)"
+        )
     return result
 
 
@@ -210,7 +240,10 @@ def _run(args) -> int:
         return 0
     todo = plan(args)
     ceiling = not args.no_ceiling
-    rows, resolved = run(todo.base, ceiling)
+    with Progress(todo.tokens, "simulating", "tok") as progress:
+        rows, resolved = run(todo.base, ceiling, progress, rounds=False)
+        what_if = run(todo.what_if, ceiling, progress, rounds=False) if todo.what_if is not None else None
+        swept = [(label, run(scenario, ceiling, progress, rounds=False)[0]) for label, scenario in todo.sweep]
     payload = {"scenario": todo.base.describe(), "notes": resolved.notes, "warnings": resolved.warnings}
     print("\n".join(f"# {n}" for n in resolved.notes))
     print(results_table(rows, wide=args.wide))
@@ -218,8 +251,8 @@ def _run(args) -> int:
         print()
         print(policy_table(rows))
     out_rows = rows
-    if todo.what_if is not None:
-        after, after_resolved = run(todo.what_if, ceiling)
+    if what_if is not None:
+        after, after_resolved = what_if
         label = ", ".join(args.what_if)
         print("\n".join(f"# what-if {n}" for n in after_resolved.notes if n not in resolved.notes))
         print()
@@ -238,9 +271,9 @@ def _run(args) -> int:
             row["label"] = "base"
         out_rows = rows + after
     sweep_rows = []
-    for label, scenario in todo.sweep:
+    for label, sweep_point_rows in swept:
         value = label.split("=", 1)[1]
-        for row in run(scenario, ceiling)[0]:
+        for row in sweep_point_rows:
             row["sweep_value"] = _number(value)
             row["label"] = label
             sweep_rows.append(row)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from contracts import UsageError
 from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, cost_grid
 
+MEMO_ENTRIES = 100_000  # lookups remembered per cost (a few MB); repeated contexts hit it
+
 
 def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
     if len(xs) == 1:
@@ -64,10 +66,15 @@ class Cost:
         ]
 
     def _at(self, which: int, query: tuple[float, ...], prefix: tuple = ()) -> float:
+        """Interpolated along each axis in turn between the two grid values around the query (the
+        only two that `_interp_1d` uses): 2^axes grid points per lookup, not the whole grid."""
         d = len(prefix)
         if d == len(self.axes):
             return self.grid[prefix][which]
         xs = self.values[d]
+        if len(xs) > 2:
+            i = min(max(bisect.bisect_left(xs, query[d]), 1), len(xs) - 1)
+            xs = xs[i - 1 : i + 1]
         ys = [self._at(which, query, prefix + (x,)) for x in xs]
         return _interp_1d(list(xs), ys, query[d])
 
@@ -78,6 +85,8 @@ class Cost:
             raise UsageError(f"cost needs axis {missing} (has {list(self.axes)})") from None
         key = (which, query)
         if key not in self.memo:
+            if len(self.memo) >= MEMO_ENTRIES:  # long generations ask a new context every step
+                self.memo.clear()
             self.memo[key] = self._at(which, self._measured(query))
         return self.memo[key]
 

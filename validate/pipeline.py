@@ -16,6 +16,7 @@ from contracts import HEADS, SCHEDULES, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged
 from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
 from measure.__main__ import command_line, settings_from
@@ -42,7 +43,7 @@ from .plan import (
     timeline_config,
 )
 from .predict import phase_rows, predict, predict_timeline
-from .runs import Workload, control_for, decode, free_memory, load_pair, progress, records, references, run_config_dict
+from .runs import Workload, control_for, decode, free_memory, load_pair, records, references, run_config_dict
 
 MEASURED_CONTEXTS = 4  # context points measured across the runs' range: a noisy point moves a line through two
 
@@ -344,16 +345,16 @@ def _decode_all(
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head) for c in configs})
     total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + (len(work.prompts) + 1 if control else 0)
-    with progress(total, "validate") as bar:
+    with Progress(total, "validate", "gen") as progress:
         for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
             group = list(group)
             head = pair.head(head_kind, args.probes)
             dec = pair.decoder(head, K or first_K, graphs, control)
             if control is not None and refs is None:
-                bar.set_postfix_str("target references")
+                progress.note("target references")
                 refs = references(dec, work, reference_len)
                 refs[calibration_prompt.id] = dec.reference(calibration_ids, reference_len)
-                bar.update(len(work.prompts) + 1)
+                progress.update(len(work.prompts) + 1)
             name = group_name(group[0])
             calibrations[name] = []
             probes = head.probes if head_kind == "flashhead" else None
@@ -371,7 +372,7 @@ def _decode_all(
                     control,
                     refs,
                     warmup=1,
-                    bar=None,
+                    progress=None,
                 )
                 config_probes = probes if config.head == "flashhead" else None
                 lines, summary = records(
@@ -388,7 +389,7 @@ def _decode_all(
                 calibrations[name].append(
                     (config, config_probes, lines, summary, folder / "traces" / f"{stem}.trace.jsonl")
                 )
-                bar.update()
+                progress.update()
             for config in group:
                 config_probes = probes if config.head == "flashhead" else None
                 runs = decode(
@@ -399,7 +400,7 @@ def _decode_all(
                     control,
                     refs,
                     args.warmup,
-                    bar=bar,
+                    progress=progress,
                     label=config.name,
                     timeline=config == drawn,
                 )

@@ -4,12 +4,11 @@ and turn the generations into the contract's trace lines and run summary (model.
 from __future__ import annotations
 
 import gc
-import sys
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
+from contracts.progress import Progress
 from model import pair as model_pair
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
@@ -63,10 +62,6 @@ def references(dec: Decoder, work: Workload, length: int) -> dict[str, list[int]
     return {p.id: dec.reference(x, length) for p, x in zip(work.prompts, work.ids)}
 
 
-def progress(total: int, desc: str) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="gen", file=sys.stderr, disable=None, leave=False)
-
-
 def decode(
     dec: Decoder,
     work: Workload,
@@ -76,7 +71,7 @@ def decode(
     refs: dict | None,
     warmup: int = 0,
     order: list[int] | None = None,
-    bar: tqdm | None = None,
+    progress: Progress | None = None,
     label: str = "",
     timeline: bool = False,
 ) -> list[tuple[str, Generation]]:
@@ -88,15 +83,15 @@ def decode(
         prompt, x = work.prompts[i], work.ids[i]
         if control is not None:
             control.bind(refs[prompt.id], len(x), prompt.id)
-        if bar is not None:
-            bar.set_postfix_str(f"{label} {prompt.id}")
+        if progress is not None:
+            progress.note(f"{label} {prompt.id}")
         dec.clock.timeline = timeline and index == warmup
         generation = dec.generate(x, max_new, schedule)
         dec.clock.timeline = False
         if index >= warmup:
             runs.append((prompt.id, generation))
-        if bar is not None:
-            bar.update()
+        if progress is not None:
+            progress.update()
     return runs
 
 
