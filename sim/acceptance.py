@@ -220,7 +220,7 @@ class TraceReplay:
         if missing:
             raise UsageError(
                 f"drafter {missing[0]}: the trace records outcomes for {', '.join(self.drafters) or 'no drafter'} only "
-                "(record a run with match runs: python -m model --record-runs)"
+                "(record a run with match runs: python -m model --record-lookup-runs G)"
             )
 
 
