@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from model import schedules
 from model.graphs import GraphedCall
-from model.heads import DenseHead
+from model.heads import DenseHead, heads_by_position
 from model.trace import Generation, Round
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
@@ -282,7 +283,9 @@ class Decoder:
 
     target, draft: `Transformer`s with static caches set up, on their devices (two devices make the
     `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
-    with `draft_head` (DenseHead or FlashHead). `control` (an AcceptanceControl on the draft
+    with `draft_head` (any head of model/heads.py; a PositionalHead gives each draft position its own
+    head and graph: a round's step i uses position i, a look-ahead's step i position max(0, i - 1),
+    since its first token guesses the bonus token and the rest become the next round's). `control` (an AcceptanceControl on the draft
     device) replaces the draft's proposals. `graphs` captures every step as a CUDA graph up front.
 
     `events`: a list to log the generation's events into (None, the default: no log). One entry
@@ -327,7 +330,7 @@ class Decoder:
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
-            raise UsageError("a draft model needs a draft head (DenseHead or FlashHead)")
+            raise UsageError("a draft model needs a draft head (model/heads.py)")
         self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
         self.target_device = target.head_weight.device
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
@@ -344,7 +347,8 @@ class Decoder:
         self.past_lookahead = torch.tensor([0, 0, K + 1], device=self.draft_device)
         self._target = GraphedCall(self._target_fn, enabled=graphs)
         self._body = GraphedCall(self._body_fn, enabled=graphs)
-        self._head = GraphedCall(self._head_fn, enabled=graphs)
+        heads = heads_by_position(draft_head) if draft_head is not None else []
+        self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
@@ -368,8 +372,9 @@ class Decoder:
         hidden = self.draft.forward_hidden(tokens, start + self.positions_on_draft[:n])
         return hidden[0, -1:], start + n
 
-    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        token = self.draft_head.argmax(hidden)
+    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, head) -> torch.Tensor:
+        """`fed` [1, 1]: the last token the body was fed this step (the router head reads it)."""
+        token = head.argmax(hidden, fed)
         return token if self.control is None else self.control.propose(token, pos)
 
     def _capture(self) -> None:
@@ -380,10 +385,10 @@ class Decoder:
             self._target(torch.zeros(1, n, dtype=torch.long, device=self.target_device), start)
         if self.draft is not None:
             for n in (1, 2):
-                hidden, pos = self._body(
-                    torch.zeros(1, n, dtype=torch.long, device=self.draft_device), start.to(self.draft_device)
-                )
-                self._head(hidden, pos)
+                tokens = torch.zeros(1, n, dtype=torch.long, device=self.draft_device)
+                hidden, pos = self._body(tokens, start.to(self.draft_device))
+                for head in self._heads:
+                    head(hidden, pos, tokens[:, -1:])
         for device in {self.target_device, self.draft_device}:
             torch.cuda.synchronize(device)
 
@@ -519,15 +524,17 @@ class Decoder:
         run.rounds.append(HostRound(proposed))
         return run.rounds[-1]
 
-    def draft_steps(self, tokens: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
-        """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps]."""
+    def draft_steps(self, tokens: torch.Tensor, start: torch.Tensor, steps: int, shift: int = 0) -> torch.Tensor:
+        """`steps` draft steps (body, then head) from tokens [1, n] at start..; proposals [steps].
+        Step i uses the head of draft position max(0, i + shift)."""
         proposals = torch.empty(steps, dtype=torch.long, device=self.draft_device)
         for i in range(steps):
             self._event("draft_step", "draft", tokens.shape[1])
             with self.clock.phase("draft_body", self.draft_device):
                 hidden, start = self._body(tokens, start)
             with self.clock.phase("draft_head", self.draft_device):
-                token = self._head(hidden, start)
+                head = self._heads[min(max(0, i + shift), len(self._heads) - 1)]
+                token = head(hidden, start, tokens[:, -1:])
                 proposals[i : i + 1] = token
             tokens = token.view(1, 1)
         return proposals
@@ -540,7 +547,7 @@ class Decoder:
 
     def lookahead(self, run: Run, block_on_draft: torch.Tensor) -> torch.Tensor:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
-        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + self.K, self.K + 1)
+        return self.draft_steps(block_on_draft[-1:].view(1, 1), run.draft_cursor[2:3] + self.K, self.K + 1, shift=-1)
 
     def to_target(self, x: torch.Tensor) -> torch.Tensor:
         """copy_tokens to the target device. A cross-GPU copy orders both devices' streams with CUDA
