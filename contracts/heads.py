@@ -22,6 +22,7 @@ from contracts.cli import UsageError
 
 HEAD_KINDS = ("dense", "flashhead", "shortlist", "router")
 BUDGET_UNIT = {"flashhead": "probes", "shortlist": "tokens", "router": "clusters"}
+BUILT_KINDS = ("shortlist", "router")  # kinds whose assets python -m model.build_head builds
 HEAD_FORMS = "dense, flashhead, flashhead:P, shortlist:N, router:C, or KIND:B1,B2,... per draft position"
 MAX_POSITIONS = 64
 
@@ -63,7 +64,7 @@ def parse_head(text: str, option: str = "--head") -> HeadSpec:
     if kind not in HEAD_KINDS:
         raise UsageError(f"{option}: unknown head {text!r}; valid: {HEAD_FORMS}")
     if not colon:
-        if kind in ("shortlist", "router"):
+        if kind in BUILT_KINDS:
             raise UsageError(f"{option}: head {kind!r} needs a budget ({kind}:N); valid: {HEAD_FORMS}")
         return HeadSpec(kind)
     if kind == "dense":
@@ -77,6 +78,15 @@ def parse_head(text: str, option: str = "--head") -> HeadSpec:
     if len(budgets) > MAX_POSITIONS:
         raise UsageError(f"{option}: head {text!r}: at most {MAX_POSITIONS} per-position budgets")
     return HeadSpec(kind, budgets)
+
+
+def check_assets(spec: HeadSpec, folder) -> None:
+    """Bad input when a kind that needs built assets is given no assets folder."""
+    if spec.kind in BUILT_KINDS and not folder:
+        raise UsageError(
+            f"head {spec.label!r} needs built assets: pass --head-assets DIR "
+            f"(build them with python -m model.build_head --kind {spec.kind} --out DIR)"
+        )
 
 
 def parse_heads(text: str, option: str = "--heads") -> tuple[HeadSpec, ...]:

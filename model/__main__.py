@@ -14,7 +14,7 @@ from pathlib import Path
 from contracts import PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
 from contracts.files import check_output_file, staged
-from contracts.heads import HEAD_FORMS, parse_head
+from contracts.heads import HEAD_FORMS, check_assets, parse_head
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
 
@@ -219,6 +219,7 @@ def _check_numbers(args) -> None:
         raise UsageError(f"--probes repeats the budget of --head {args.head}; give one of them")
     if args.head_assets and not Path(args.head_assets).is_dir():
         raise UsageError(f"--head-assets {args.head_assets} is not a folder")
+    check_assets(args.head_spec, args.head_assets)
 
 
 def _decode(dec, schedules, prompts, ids, references, control, args) -> dict:

@@ -39,6 +39,7 @@ class DenseHead:
 
     backend = "torch"
     work_ratio = 1.0
+    budget = None
 
     def __init__(self, weight: torch.Tensor):
         _check_weight(weight)
@@ -94,6 +95,10 @@ class FlashHead:
         self.members = clustering.members.to(device=weight.device, dtype=torch.long).contiguous()
         self.always = torch.tensor(always, dtype=torch.long, device=weight.device)
         self._workspaces: dict[int, flashhead_triton.Workspace] = {}  # per number of hidden states
+
+    @property
+    def budget(self) -> int:
+        return self.probes
 
     @property
     def scored_rows(self) -> int:
@@ -172,6 +177,10 @@ class ShortlistHead:
     @property
     def size(self) -> int:
         return self.tokens.numel()
+
+    @property
+    def budget(self) -> int:
+        return self.size
 
     @property
     def work_ratio(self) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from contracts import PLACEMENTS, UsageError
-from contracts.heads import HeadSpec, parse_head
+from contracts.heads import HeadSpec, check_assets, parse_head
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
@@ -124,11 +124,7 @@ class Pair:
         return PositionalHead([heads[b] for b in budgets])
 
     def _assets_folder(self, spec: HeadSpec) -> str:
-        if not self.head_assets:
-            raise UsageError(
-                f"head {spec.label!r} needs built assets: pass --head-assets DIR "
-                f"(build them with python -m model.build_head --kind {spec.kind} --out DIR)"
-            )
+        check_assets(spec, self.head_assets)
         return self.head_assets
 
     def acceptance_control(self, spec: str | None) -> AcceptanceControl | None:

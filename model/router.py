@@ -70,9 +70,11 @@ def cluster_targets(hidden: torch.Tensor, weight: torch.Tensor, assignments: tor
     """The router's training target per hidden state: a distribution over clusters, the draft's
     top-`top` token probabilities summed per cluster and renormalized (the top-1 token's cluster
     carries most of it)."""
-    probs, tokens = torch.topk(torch.softmax(F.linear(hidden.float(), weight.float()), dim=-1), top, dim=-1)
-    target = torch.zeros((hidden.shape[0], clusters))
-    target.scatter_add_(1, assignments[tokens], probs)
+    parts = []
+    for part in hidden.float().split(256):  # [rows, V] probabilities at a time
+        probs, tokens = torch.topk(torch.softmax(F.linear(part, weight.float()), dim=-1), top, dim=-1)
+        parts.append(torch.zeros((part.shape[0], clusters)).scatter_add_(1, assignments[tokens], probs))
+    target = torch.cat(parts)
     return target / target.sum(1, keepdim=True)
 
 
