@@ -4,7 +4,8 @@
 SCHEDULES = ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred")
 SPECULATIVE_SCHEDULES = SCHEDULES[1:]
 
-# Draft LM heads.
+# Draft LM heads a cost profile prices (sim, validate, measure); every kind the decoder runs, with
+# its budgets, is a head spec of contracts/heads.py.
 HEADS = ("dense", "flashhead")
 
 # Where the two models run: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU.

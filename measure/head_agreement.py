@@ -38,8 +38,8 @@ from model.build_head import HELD_OUT_CATEGORIES, training_prompts
 from model.cli import run_torch_command
 from model.decoder import Decoder, cache_room
 from model.heads import DenseHead, PositionalHead, RouterHead, heads_by_position
-from model.pair import Pair
 from model.loading import load_model
+from model.pair import Pair
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
@@ -94,19 +94,29 @@ def pooled_agreement(dense, heads: dict, sequence: list[int], states: torch.Tens
     out = {}
     for name, head in heads.items():
         for index, one in enumerate(dict.fromkeys(heads_by_position(head))):
-            got = torch.cat([_propose(one, h, f, p) for h, f, p in zip(states.split(128), fed.split(128), previous.split(128))])
+            got = torch.cat(
+                [_propose(one, h, f, p) for h, f, p in zip(states.split(128), fed.split(128), previous.split(128))]
+            )
             out[(name, index)] = [int((got == want).sum()), int(want.numel())]
     return out
 
 
 def parse_args(argv):
-    p = OneLineParser(prog="python -m measure.head_agreement", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="python -m measure.head_agreement",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add = p.add_argument
     add("--draft", default="tiny-qwen3-draft", help="the draft model (default tiny-qwen3-draft)")
     add("--heads", required=True, help="head specs joined by + (contracts/heads.py)")
     add("--head-assets", default=None, metavar="DIR", help="shortlist/router assets")
     add("--clustering", default=None, metavar="DIR", help="FlashHead assets folder (default: built from the head)")
-    add("--categories", default=",".join(HELD_OUT_CATEGORIES), help="held-out categories (default qa, math_reasoning, rag)")
+    add(
+        "--categories",
+        default=",".join(HELD_OUT_CATEGORIES),
+        help="held-out categories (default qa, math_reasoning, rag)",
+    )
     add("--per-category", type=int, default=6, help="prompts per category (default 6)")
     add("--prompt-max", type=int, default=128, help="prompt tokens kept (default 128)")
     add("--new-tokens", type=int, default=48, help="dense draft tokens per prompt (default 48)")
@@ -171,14 +181,29 @@ def run(args) -> int:
         rows = {}
         for group, positions in per_round[name].items():
             rows[group] = [
-                {"position": i + 1, "n": n, "agree": round(a / n, 4), "agree_ci": wilson(a, n), "prefix": round(f / n, 4), "prefix_ci": wilson(f, n)}
+                {
+                    "position": i + 1,
+                    "n": n,
+                    "agree": round(a / n, 4),
+                    "agree_ci": wilson(a, n),
+                    "prefix": round(f / n, 4),
+                    "prefix_ci": wilson(f, n),
+                }
                 for i, (a, f, n) in enumerate(positions)
             ]
         pool = []
         for i, one in enumerate(dict.fromkeys(heads_by_position(head))):
             agree, n = pooled[(name, i)]
             rows_scored = round(one.work_ratio * one.vocab_size)
-            pool.append({"budget": one.budget, "rows_scored": rows_scored, "n": n, "agree": round(agree / n, 4), "agree_ci": wilson(agree, n)})
+            pool.append(
+                {
+                    "budget": one.budget,
+                    "rows_scored": rows_scored,
+                    "n": n,
+                    "agree": round(agree / n, 4),
+                    "agree_ci": wilson(agree, n),
+                }
+            )
         result["heads"][name] = {"per_position": rows, "pooled": pool}
     write_atomic(Path(args.out), json.dumps(result, indent=1) + "\n")
     print(markdown(result))
@@ -204,7 +229,9 @@ def _training_prompts(folder) -> set[str]:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -213,7 +240,9 @@ def markdown(result: dict) -> str:
     """Per-position agreement (all held-out categories) and the pooled table, as Markdown."""
     K = result["K"]
     lines = [f"weights: {result['weights']}; draft {result['draft']}; categories {', '.join(result['categories'])}", ""]
-    lines.append("| head | " + " | ".join(f"pos {i + 1} agree [95% CI]" for i in range(K)) + " | prefix at K | n per position |")
+    lines.append(
+        "| head | " + " | ".join(f"pos {i + 1} agree [95% CI]" for i in range(K)) + " | prefix at K | n per position |"
+    )
     lines.append("|---" * (K + 3) + "|")
     for name, data in result["heads"].items():
         rows = data["per_position"]["all"]
@@ -222,7 +251,9 @@ def markdown(result: dict) -> str:
     lines += ["", "| head | budget | rows scored | pooled agree [95% CI] | n |", "|---|---|---|---|---|"]
     for name, data in result["heads"].items():
         for row in data["pooled"]:
-            lines.append(f"| {name} | {row['budget']} | {row['rows_scored']} | {row['agree']:.3f} [{row['agree_ci'][0]:.3f}, {row['agree_ci'][1]:.3f}] | {row['n']} |")
+            low, high = row["agree_ci"]
+            cells = f"{row['budget']} | {row['rows_scored']} | {row['agree']:.3f} [{low:.3f}, {high:.3f}] | {row['n']}"
+            lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
 
 

@@ -76,7 +76,12 @@ def parse_args(argv) -> argparse.Namespace:
     )
     add("--head", default="dense", help=f"draft head: {HEAD_FORMS} (see below; the target always uses its dense head)")
     add("--probes", type=int, default=None, help="probes of a plain --head flashhead (same as flashhead:P)")
-    add("--head-assets", default=None, metavar="DIR", help="shortlist/router assets (python -m model.build_head --out DIR)")
+    add(
+        "--head-assets",
+        default=None,
+        metavar="DIR",
+        help="shortlist/router assets (python -m model.build_head --out DIR)",
+    )
     add(
         "--clustering",
         default=None,

@@ -65,7 +65,9 @@ def draft_samples(loaded, prompts: list[Prompt], prompt_max: int, new_tokens: in
     for prompt in tqdm(prompts, desc="draft generations", unit="prompt", file=sys.stderr, disable=None):
         ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
         sequence = ids + decoder.reference(ids, new_tokens)[:-1]
-        states = model.forward_hidden(torch.tensor([sequence], device=device), torch.arange(len(sequence), device=device))[0]
+        states = model.forward_hidden(
+            torch.tensor([sequence], device=device), torch.arange(len(sequence), device=device)
+        )[0]
         tokens.append(torch.tensor(sequence))
         hidden.append(states.float().cpu())
         previous.append(torch.cat([torch.zeros_like(states[:1]), states[:-1]]).float().cpu())
@@ -93,9 +95,17 @@ def parse_args(argv) -> argparse.Namespace:
     )
     add = p.add_argument
     add("--kind", default="shortlist,router", help="shortlist, router or both (default)")
-    add("--draft", default="tiny-qwen3-draft", help="the draft: a preset, a folder, or SPEC#layers=N (default tiny-qwen3-draft)")
+    add(
+        "--draft",
+        default="tiny-qwen3-draft",
+        help="the draft: a preset, a folder, or SPEC#layers=N (default tiny-qwen3-draft)",
+    )
     add("--out", required=True, metavar="DIR", help="head-assets folder (files of the kinds built are replaced)")
-    add("--categories", default=",".join(TRAIN_CATEGORIES), help="training categories (default: all but the held-out qa, math_reasoning, rag)")
+    add(
+        "--categories",
+        default=",".join(TRAIN_CATEGORIES),
+        help="training categories (default: all but the held-out qa, math_reasoning, rag)",
+    )
     add("--per-category", type=int, default=4, help="training prompts per category (default 4)")
     add("--prompt-max", type=int, default=128, help="prompt tokens kept (default 128)")
     add("--new-tokens", type=int, default=48, help="greedy draft tokens per prompt (default 48)")
@@ -139,10 +149,13 @@ def run(args) -> int:
             save_shortlist(build_shortlist(weight, samples, info), folder)
         if "router" in kinds:
             embedding = loaded.model.embed_tokens.weight.detach()
-            router = build_router(weight, embedding, samples, clusters, epochs=args.router_epochs, seed=args.seed, info=info)
+            router = build_router(
+                weight, embedding, samples, clusters, epochs=args.router_epochs, seed=args.seed, info=info
+            )
             save_router(router, folder)
             print(f"router: {router.clusters} clusters, training {router.info}", file=sys.stderr)
-    print(f"wrote {', '.join(kinds)} assets ({len(prompts)} training prompts, {samples['tokens'].numel()} positions) to {out}")
+    positions = samples["tokens"].numel()
+    print(f"wrote {', '.join(kinds)} assets ({len(prompts)} training prompts, {positions} positions) to {out}")
     return 0
 
 

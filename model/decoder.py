@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from functools import partial
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -285,8 +285,9 @@ class Decoder:
     `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
     with `draft_head` (any head of model/heads.py; a PositionalHead gives each draft position its own
     head and graph: a round's step i uses position i, a look-ahead's step i position max(0, i - 1),
-    since its first token guesses the bonus token and the rest become the next round's). `control` (an AcceptanceControl on the draft
-    device) replaces the draft's proposals. `graphs` captures every step as a CUDA graph up front.
+    since its first token guesses the bonus token and the rest become the next round's). `control`
+    (an AcceptanceControl on the draft device) replaces the draft's proposals. `graphs` captures
+    every step as a CUDA graph up front.
 
     `events`: a list to log the generation's events into (None, the default: no log). One entry
     per operation, in host issue order, `(name, stream, tokens)` (contracts.names.EVENTS and

@@ -76,6 +76,7 @@ def _write(path: Path, tensors: dict, metadata: dict) -> Path:
 
 def _read(folder, name: str, fmt: str, kind: str) -> tuple[dict, dict]:
     from safetensors import safe_open
+    from safetensors.torch import load_file
 
     path = Path(folder) / name
     if not path.is_file():
@@ -84,7 +85,7 @@ def _read(folder, name: str, fmt: str, kind: str) -> tuple[dict, dict]:
         )
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata() or {}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    tensors = load_file(str(path))
     if metadata.get("format") != fmt:
         raise UsageError(
             f"{path} is format {metadata.get('format')!r}, this version reads {fmt!r}; rebuild it with "

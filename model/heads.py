@@ -139,7 +139,7 @@ def _workspace(workspaces: dict, h: torch.Tensor) -> flashhead_triton.Workspace:
 
 
 def _backend(backend: str | None, weight: torch.Tensor) -> str:
-    """"triton" (fused gather-score-argmax kernels) or "torch"; None picks triton on CUDA where it runs
+    """ "triton" (fused gather-score-argmax kernels) or "torch"; None picks triton on CUDA where it runs
     (the CPU interpreter runs the kernels too, but slowly: only when asked)."""
     can_fuse = triton_support.runs_on(weight.device)
     if backend is None:

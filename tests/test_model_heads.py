@@ -12,7 +12,6 @@ from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.head_assets import (
     ROUTER_FILE,
-    Router,
     Shortlist,
     load_router,
     load_shortlist,
@@ -150,7 +149,9 @@ def test_assets_round_trip_with_version_and_clear_errors(tmp_path):
     loaded = load_shortlist(tmp_path, 600)
     assert torch.equal(loaded.ranking, shortlist.ranking) and loaded.info == {"train_prompts": ["81"]}
     back = load_router(tmp_path, 600, 32)
-    assert torch.equal(back.members, router.members) and all(torch.equal(a, b) for a, b in zip(back.layers, router.layers))
+    assert torch.equal(back.members, router.members) and all(
+        torch.equal(a, b) for a, b in zip(back.layers, router.layers)
+    )
     with pytest.raises(UsageError, match="vocabulary of 600, the draft's is 512"):
         load_shortlist(tmp_path, 512)
     with pytest.raises(UsageError, match="hidden size 32, the draft's is 64"):
