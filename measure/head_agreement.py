@@ -37,6 +37,7 @@ from contracts.heads import parse_heads
 from model.build_head import HELD_OUT_CATEGORIES, training_prompts
 from model.cli import run_torch_command
 from model.decoder import Decoder, cache_room
+from model.head_assets import training_prompt_ids
 from model.heads import DenseHead, PositionalHead, RouterHead, heads_by_position
 from model.loading import load_model
 from model.pair import Pair
@@ -137,7 +138,7 @@ def run(args) -> int:
     loaded = load_model(args.draft, "cpu", None, args.seed + 1, max_seq_len=1)
     pair = Pair(loaded, loaded, "cpu", args.seed, args.clustering, args.head_assets)
     heads = {spec.label: pair.head(spec) for spec in specs}
-    trained = _training_prompts(args.head_assets)
+    trained = training_prompt_ids(args.head_assets)
     overlap = sorted(trained & {p.id for p in prompts})
     if overlap:
         raise UsageError(f"evaluation prompts {', '.join(overlap[:5])} were used to build the head assets")
@@ -208,23 +209,6 @@ def run(args) -> int:
     write_atomic(Path(args.out), json.dumps(result, indent=1) + "\n")
     print(markdown(result))
     return 0
-
-
-def _training_prompts(folder) -> set[str]:
-    """Prompt ids the assets in `folder` were built from (none without assets)."""
-    from model.head_assets import ROUTER_FILE, SHORTLIST_FILE
-
-    if not folder:
-        return set()
-    from safetensors import safe_open
-
-    ids = set()
-    for name in (SHORTLIST_FILE, ROUTER_FILE):
-        path = Path(folder) / name
-        if path.is_file():
-            with safe_open(str(path), framework="pt") as f:
-                ids |= set(json.loads((f.metadata() or {}).get("info", "{}")).get("train_prompts", []))
-    return ids
 
 
 def _commit() -> str:

@@ -137,3 +137,17 @@ def load_router(folder, vocab_size: int | None = None, hidden_size: int | None =
 def _check_vocab(have: int, want: int | None, path: Path) -> None:
     if want is not None and have != want:
         raise UsageError(f"{path} is for a vocabulary of {have}, the draft's is {want}; rebuild it for this draft")
+
+
+def training_prompt_ids(folder) -> set[str]:
+    """Prompt ids the assets in `folder` were built from (none without a folder), so an evaluation
+    can keep apart from them."""
+    from safetensors import safe_open
+
+    ids: set[str] = set()
+    for name in (SHORTLIST_FILE, ROUTER_FILE):
+        path = Path(folder) / name if folder else None
+        if path is not None and path.is_file():
+            with safe_open(str(path), framework="pt") as f:
+                ids |= set(json.loads((f.metadata() or {}).get("info", "{}")).get("train_prompts", []))
+    return ids
