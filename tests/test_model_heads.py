@@ -229,3 +229,21 @@ def test_speculative_output_is_exact_under_every_head(same_models, schedule):
         accepted[name] = sum(r.accepted for r in rounds) / sum(r.proposed for r in rounds)
     # the heads miss some of the dense draft's (always accepted) tokens, but not all
     assert all(0 < a < 1 for a in accepted.values()), accepted
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--categories", "writing,qa"], "held out for evaluation"),
+        (["--categories", "poetry"], "unknown categories poetry"),
+        (["--kind", "sparse"], "unknown kind 'sparse'"),
+        (["--new-tokens", "0"], "--new-tokens must be >= 1"),
+    ],
+)
+def test_build_head_refuses_bad_input_before_any_work(tmp_path, capsys, argv, message):
+    from model import build_head
+
+    assert build_head.main(["--out", str(tmp_path / "assets"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "assets").exists()
