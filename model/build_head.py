@@ -111,6 +111,7 @@ def parse_args(argv) -> argparse.Namespace:
     add("--new-tokens", type=int, default=48, help="greedy draft tokens per prompt (default 48)")
     add("--router-clusters", type=int, default=None, help="k-means clusters of the router (default vocabulary / 128)")
     add("--router-epochs", type=int, default=30, help="router training epochs (default 30)")
+    add("--router-iters", type=int, default=5, help="k-means iterations of the router's clusters (default 5)")
     add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the copy shipped in model/data)")
     add("--seed", type=int, default=0, help="seed of synthetic weights, k-means and training (default 0)")
     return p.parse_args(argv)
@@ -118,7 +119,7 @@ def parse_args(argv) -> argparse.Namespace:
 
 def run(args) -> int:
     kinds = parse_choices(args.kind, KINDS, "kind")
-    for name in ("per_category", "prompt_max", "new_tokens", "router_epochs"):
+    for name in ("per_category", "prompt_max", "new_tokens", "router_epochs", "router_iters"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
@@ -150,7 +151,14 @@ def run(args) -> int:
         if "router" in kinds:
             embedding = loaded.model.embed_tokens.weight.detach()
             router = build_router(
-                weight, embedding, samples, clusters, epochs=args.router_epochs, seed=args.seed, info=info
+                weight,
+                embedding,
+                samples,
+                clusters,
+                iters=args.router_iters,
+                epochs=args.router_epochs,
+                seed=args.seed,
+                info=info,
             )
             save_router(router, folder)
             print(f"router: {router.clusters} clusters, training {router.info}", file=sys.stderr)
