@@ -42,6 +42,8 @@ from model.heads import DenseHead, PositionalHead, RouterHead, heads_by_position
 from model.loading import load_model
 from model.pair import Pair
 
+_GATHERED = 1 << 24  # head-row elements a pooled call may gather at once (rows x scored tokens x d)
+
 
 def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
     """The Wilson score interval of a proportion (95% by default)."""
@@ -95,9 +97,9 @@ def pooled_agreement(dense, heads: dict, sequence: list[int], states: torch.Tens
     out = {}
     for name, head in heads.items():
         for index, one in enumerate(dict.fromkeys(heads_by_position(head))):
-            got = torch.cat(
-                [_propose(one, h, f, p) for h, f, p in zip(states.split(128), fed.split(128), previous.split(128))]
-            )
+            rows = max(1, _GATHERED // max(1, round(one.work_ratio * one.vocab_size) * states.shape[1]))
+            parts = zip(states.split(rows), fed.split(rows), previous.split(rows))
+            got = torch.cat([_propose(one, h, f, p) for h, f, p in parts])
             out[(name, index)] = [int((got == want).sum()), int(want.numel())]
     return out
 
