@@ -4,7 +4,8 @@
 SCHEDULES = ("baseline", "ordinary", "pipelined", "deferred", "pipelined-deferred")
 SPECULATIVE_SCHEDULES = SCHEDULES[1:]
 
-# Draft LM heads.
+# Draft LM heads a cost profile prices (sim, validate, measure); every kind the decoder runs, with
+# its budgets, is a head spec of contracts/heads.py.
 HEADS = ("dense", "flashhead")
 
 # Drafters: a separate draft model, prompt lookup (the tokens that followed the last n-gram's most

@@ -11,9 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
+from contracts import PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
 from contracts.files import check_output_file, staged
+from contracts.heads import HEAD_FORMS, check_assets, parse_head
 from contracts.names import DRAFTERS, POLICIES, POLICY_SCHEDULES
 from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_policy
 from contracts.progress import Progress
@@ -37,6 +38,14 @@ prompt selections (--prompts):
   first:N            the first N Spec-Bench questions
   per-category:N     the first N of every category
   writing,math,81    categories and question ids, comma-separated (the first turn is the prompt)
+
+draft heads (--head; contracts/heads.py):
+  dense              the full head (default)
+  flashhead[:P]      FlashHead at P probes (default clusters / 16)
+  shortlist:N        the N tokens the draft proposes most often (needs --head-assets)
+  router:C           a learned router's C best clusters (needs --head-assets)
+  KIND:B1,B2,...     a budget per draft position 1..K, the last repeated (flashhead:64,64,32,16)
+  Build shortlist and router assets with python -m model.build_head.
 
 acceptance control (--acceptance, synthetic weights only):
   a=0.43             the draft proposes the target's greedy token with i.i.d. probability 0.43
@@ -70,8 +79,14 @@ def parse_args(argv) -> argparse.Namespace:
         default="tiny-qwen3-draft",
         help="draft model: a preset or a checkpoint folder (default tiny-qwen3-draft)",
     )
-    add("--head", default="dense", help=f"draft head: {' or '.join(HEADS)} (the target always uses its dense head)")
-    add("--probes", type=int, default=None, help="FlashHead clusters scored exactly per step (default: clusters / 16)")
+    add("--head", default="dense", help=f"draft head: {HEAD_FORMS} (see below; the target always uses its dense head)")
+    add("--probes", type=int, default=None, help="probes of a plain --head flashhead (same as flashhead:P)")
+    add(
+        "--head-assets",
+        default=None,
+        metavar="DIR",
+        help="shortlist/router assets (python -m model.build_head --out DIR)",
+    )
     add(
         "--clustering",
         default=None,
@@ -195,12 +210,13 @@ def run(args) -> int:
         args.seed,
         args.kernels,
         args.clustering,
+        head_assets=args.head_assets,
     )
     ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
     reference_len = args.max_new_tokens + (2 * args.K + 2 if args.acceptance else 0)
     pair.size_caches([len(x) for x in ids], reference_len, args.K)
     control = pair.acceptance_control(args.acceptance) if speculative else None
-    head = pair.head(args.head, args.probes) if speculative else None
+    head = pair.head(args.head_spec, args.probes) if speculative else None
     decoder = pair.decoder(
         head,
         args.K,
@@ -252,7 +268,7 @@ def _head_config(schedule: str, head, args) -> dict:
     if schedule == "baseline":
         return {"schedule": schedule, "K": 0, "head": "dense", "probes": None}
     probes = getattr(head, "probes", None)
-    return {"schedule": schedule, "K": args.K, "head": args.head, "probes": probes}
+    return {"schedule": schedule, "K": args.K, "head": args.head_spec.label, "probes": probes}
 
 
 def _arms(args, schedules) -> tuple | None:
@@ -304,10 +320,16 @@ def _check_numbers(args) -> None:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.head not in HEADS:
-        raise UsageError(f"unknown head {args.head!r}; valid: {', '.join(HEADS)}")
-    if args.head == "dense" and (args.probes is not None or args.clustering):
+    args.head_spec = parse_head(args.head)
+    if args.temperature > 0 and args.head_spec.kind in ("shortlist", "router"):
+        raise UsageError(f"--temperature > 0 needs --head dense or flashhead (a q); {args.head_spec.kind} is greedy")
+    if args.head_spec.kind != "flashhead" and (args.probes is not None or args.clustering):
         raise UsageError("--probes and --clustering apply to --head flashhead only")
+    if args.probes is not None and args.head_spec.budgets:
+        raise UsageError(f"--probes repeats the budget of --head {args.head}; give one of them")
+    if args.head_assets and not Path(args.head_assets).is_dir():
+        raise UsageError(f"--head-assets {args.head_assets} is not a folder")
+    check_assets(args.head_spec, args.head_assets)
 
 
 def _sampling(args) -> SamplingSettings:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ from contracts.names import PHASES
 from contracts.policies import Arm
 from model import sampling, schedules
 from model.graphs import GraphedCall
-from model.heads import DenseHead
+from model.heads import DenseHead, heads_by_position
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
@@ -310,8 +311,11 @@ class Decoder:
 
     target, draft: `Transformer`s with static caches set up, on their devices (two devices make the
     `pipelined` schedules overlap). The target always picks tokens with its dense head; the draft
-    with `draft_head` (DenseHead or FlashHead). `control` (an AcceptanceControl on the draft
-    device) replaces the draft's proposals. `graphs` captures every step as a CUDA graph up front.
+    with `draft_head` (any head of model/heads.py; a PositionalHead gives each draft position its own
+    head and graph: a round's step i uses position i, a look-ahead's step i position max(0, i - 1),
+    since its first token guesses the bonus token and the rest become the next round's). `control`
+    (an AcceptanceControl on the draft device) replaces the draft's proposals. `graphs` captures
+    every step as a CUDA graph up front.
 
     `events`: a list to log the generation's events into (None, the default: no log). One entry
     per operation, in host issue order, `(name, stream, tokens)` (contracts.names.EVENTS and
@@ -362,7 +366,7 @@ class Decoder:
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
-            raise UsageError("a draft model needs a draft head (DenseHead or FlashHead)")
+            raise UsageError("a draft model needs a draft head (model/heads.py)")
         if not sampling.greedy and (drafting is not None or tensor_parallel is not None):
             raise UsageError(
                 "sampling runs with the draft model at a fixed K on one or two devices (no drafting, no tpN)"
@@ -392,10 +396,15 @@ class Decoder:
         self.past_lookahead = {k: torch.tensor([0, 0, k + 1], device=self.draft_device) for k in range(1, K + 1)}
         self._target = GraphedCall(self._target_fn, enabled=graphs)
         self._body = GraphedCall(self._body_fn, enabled=graphs)
-        self._head = GraphedCall(self._head_fn, enabled=graphs)
-        # each model drafter's (body, head, device, stream); `drafting` (model/drafting.Drafting) adds the
-        # early-exit draft, prompt lookup and the policy that picks each round's arm
-        self.steppers = {"draft-model": (self._body, self._head, self.draft_device, "draft")}
+        heads = heads_by_position(draft_head) if draft_head is not None else []
+        if not sampling.greedy and not all(hasattr(head, "logits") for head in heads):
+            raise UsageError(
+                "sampling needs a dense or FlashHead draft head (their q); shortlist and router heads are greedy"
+            )
+        self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
+        # each model drafter's (body, heads by draft position, device, stream); `drafting`
+        # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
+        self.steppers = {"draft-model": (self._body, self._heads, self.draft_device, "draft")}
         self.drafting = drafting.attach(self, graphs) if drafting is not None else None
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
@@ -427,13 +436,14 @@ class Decoder:
         hidden = self.draft.forward_hidden(tokens, start + self.positions_on_draft[:n])
         return hidden[0, -1:], start + n
 
-    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor):
-        """The proposal for position `pos`: the draft head's argmax (greedy), or (token [1], q [1, V])
-        drawn from q by the race on the draft noise keyed at `pos` (sampling)."""
+    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, head):
+        """The proposal for position `pos` by `head` (`fed` [1, 1]: the last token the body was fed
+        this step, which the router head reads): its argmax (greedy), or (token [1], q [1, V]) drawn
+        from q by the race on the draft noise keyed at `pos` (sampling)."""
         if self.sampling.greedy:
-            token = self.draft_head.argmax(hidden)
+            token = head.argmax(hidden, fed)
             return token if self.control is None else self.control.propose(token, pos)
-        q = sampling.probabilities(self.draft_head.logits(hidden), self.sampling)
+        q = sampling.probabilities(head.logits(hidden), self.sampling)
         noise = sampling.exponentials(sampling.keys(self.seed_on_draft, pos, sampling.DRAFT), self.vocab_on_draft)
         token = sampling.race(q, noise)
         return token, q
@@ -446,10 +456,10 @@ class Decoder:
             self._target(torch.zeros(1, n, dtype=torch.long, device=self.target_device), start)
         if self.draft is not None:
             for n in (1, 2):
-                hidden, pos = self._body(
-                    torch.zeros(1, n, dtype=torch.long, device=self.draft_device), start.to(self.draft_device)
-                )
-                self._head(hidden, pos)
+                tokens = torch.zeros(1, n, dtype=torch.long, device=self.draft_device)
+                hidden, pos = self._body(tokens, start.to(self.draft_device))
+                for head in self._heads:
+                    head(hidden, pos, tokens[:, -1:])
         for device in {self.target_device, self.draft_device}:
             torch.cuda.synchronize(device)
 
@@ -600,11 +610,12 @@ class Decoder:
         return run.rounds[-1]
 
     def draft_steps(
-        self, tokens: torch.Tensor, start: torch.Tensor, steps: int, drafter: str = "draft-model"
+        self, tokens: torch.Tensor, start: torch.Tensor, steps: int, drafter: str = "draft-model", shift: int = 0
     ) -> Proposals:
         """`steps` draft steps (body, then head) of a model drafter from tokens [1, n] at start..;
-        proposals [steps] on the drafter's device (with their q [steps, V] when sampling)."""
-        body, head, device, stream = self.steppers[drafter]
+        proposals [steps] on the drafter's device (with their q [steps, V] when sampling). Step i uses
+        the head of draft position max(0, i + shift)."""
+        body, heads, device, stream = self.steppers[drafter]
         proposals = Proposals(torch.empty(steps, dtype=torch.long, device=device))
         if not self.sampling.greedy:
             proposals.probs = torch.empty(steps, self.vocab.numel(), device=device)
@@ -613,7 +624,8 @@ class Decoder:
             with self.clock.phase("draft_body", device):
                 hidden, start = body(tokens, start)
             with self.clock.phase("draft_head", device):
-                token = head(hidden, start)
+                head = heads[min(max(0, i + shift), len(heads) - 1)]
+                token = head(hidden, start, tokens[:, -1:])
                 if proposals.probs is not None:  # sampling: (token, q)
                     token, q = token
                     proposals.probs[i : i + 1] = q
@@ -633,7 +645,7 @@ class Decoder:
     def lookahead(self, run: Run, block_on_draft: Proposals) -> Proposals:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
         K = block_on_draft.numel()
-        return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1)
+        return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1, shift=-1)
 
     def to_target(self, x: Proposals) -> Proposals:
         """copy_tokens to the target device (when sampling, the proposals' q travel with them). A

@@ -61,7 +61,7 @@ class Drafting:
             self.head = DenseHead(dec.target.head_weight)
             dec.steppers["early-exit"] = (
                 GraphedCall(self._early_body, enabled=graphs),
-                GraphedCall(self._early_head, enabled=graphs),
+                [GraphedCall(self._early_head, enabled=graphs)],
                 dec.target_device,
                 "target",
             )
@@ -72,7 +72,7 @@ class Drafting:
         hidden = self.early.forward_hidden(tokens, start + self.dec.positions[:n])
         return hidden[0, -1:], start + n
 
-    def _early_head(self, hidden: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _early_head(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
         return self.head.argmax(hidden)
 
     def check(self, schedule: str) -> None:

@@ -157,9 +157,11 @@ def stage2_argmax(
     Program (row, j) scores the tokens of the row's j-th probed cluster (past the p clusters: the
     next b always-scored tokens) and atomically maxes one packed 64-bit key
     (order-preserving score bits << 32 | (2^32 - 1 - token id)) into the row's best, so the max key
-    is the max score with the lowest id; the last program of all writes the tokens and counts the
-    call. Integer max is order-independent, so the result is deterministic. Compile (call once)
-    before CUDA-graph capture.
+    is the max score with the lowest id; the last program of all writes the tokens, resets the best
+    keys and its count for the set's next call, and counts the call. Integer max is
+    order-independent, so the result is deterministic. Without select_clusters before it (indices
+    given by a shortlist or a router) it needs no other launch. Compile (call once) before CUDA-graph
+    capture.
     """
     if not AVAILABLE:
         raise RuntimeError("flashhead_triton.stage2_argmax needs triton")
@@ -413,9 +415,12 @@ if triton is not None:
         if tl.atomic_add(counter_ptr + first * _COUNTERS + _SCORED, 1, sem="acq_rel") == n_rows * n_blocks - 1:
             for r0 in range(0, n_rows, ROWS):  # the last program of all: every program's max is in
                 r = r0 + tl.arange(0, ROWS)
-                top = tl.atomic_max(
+                top = tl.atomic_xchg(  # read every row's best, and reset it for this set's next call
                     best_ptr + first + r, tl.full([ROWS], _NO_KEY, tl.int64), mask=r < n_rows, sem="relaxed"
                 )
                 mask = tl.full([ROWS], _LOW_MASK, tl.int64)
                 tl.store(out_ptr + r, mask - (top & mask), mask=r < n_rows)
-            tl.store(calls_ptr, calls + 1)  # the call is over: the next uses the other set
+            # the call is over: the count of programs done is reset (so stage 2 may run without stage 1:
+            # the shortlist and router heads), and the next call uses the other set
+            tl.store(counter_ptr + first * _COUNTERS + _SCORED, 0)
+            tl.store(calls_ptr, calls + 1)

@@ -1,10 +1,13 @@
-"""LM heads for the draft: dense and FlashHead, with one interface.
+"""LM heads for the draft: dense, FlashHead, a static shortlist and a learned cluster router, with
+one interface.
 
-`head.argmax(hidden [..., d]) -> LongTensor [...]` (greedy) and `head.logits(hidden) -> [n, V]`
-(sampling; FlashHead's are -inf outside its shortlist) stay on the device with no host sync and no
-data-dependent Python branching, so they can run inside CUDA-graph capture. Both heads pick the
-highest logit in the head's dtype and the lowest token id among exact ties, so a FlashHead that
-probes every cluster returns the dense head's token.
+`head.argmax(hidden [..., d], tokens=None) -> LongTensor [...]` (greedy) and, for dense and FlashHead,
+`head.logits(hidden) -> [n, V]` (sampling; FlashHead's are -inf outside its shortlist) stay on the
+device with no host sync and no data-dependent Python branching, so they can run inside CUDA-graph
+capture; `tokens` is what the draft body was fed this step (only the router reads it). Every head
+picks the highest logit in the head's dtype and the lowest token id among exact ties, so a head
+whose budget covers the whole vocabulary returns the dense head's token. `PositionalHead` holds one
+head per draft position (budgets per position); the decoder asks it for the head of each draft step.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from model import flashhead_triton, triton_support
 from model.flashhead import Clustering
 
 _INDEX_BYTES = 8
+SHORTLIST_CHUNK = 64  # shortlist tokens per program of the fused scoring kernel
 
 
 def _check_weight(weight: torch.Tensor) -> None:
@@ -36,13 +40,14 @@ class DenseHead:
 
     backend = "torch"
     work_ratio = 1.0
+    budget = None
 
     def __init__(self, weight: torch.Tensor):
         _check_weight(weight)
         self.weight = weight
         self.vocab_size, self.hidden_size = weight.shape
 
-    def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(_flat(hidden, self.weight), self.weight).argmax(dim=-1).reshape(hidden.shape[:-1])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -87,21 +92,18 @@ class FlashHead:
         always = sorted(set(int(t) for t in always_tokens))
         if always and not (always[0] >= 0 and always[-1] < vocab):
             raise UsageError(f"always_tokens must be token ids in [0, {vocab - 1}], got {always}")
-        can_fuse = triton_support.runs_on(weight.device)
-        if backend is None:  # the interpreter (CPU) runs the kernels, but slowly: only when asked
-            backend = "triton" if can_fuse and weight.is_cuda else "torch"
-        if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
-            raise UsageError(
-                f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
-            )
+        self.backend = _backend(backend, weight)
         self.weight = weight
         self.vocab_size, self.hidden_size = vocab, d
         self.clusters, self.cluster_size, self.probes = c, clustering.cluster_size, probes
-        self.backend = backend
         self.centroids = clustering.centroids.to(device=weight.device, dtype=weight.dtype).contiguous()
         self.members = clustering.members.to(device=weight.device, dtype=torch.long).contiguous()
         self.always = torch.tensor(always, dtype=torch.long, device=weight.device)
         self._workspaces: dict[int, flashhead_triton.Workspace] = {}  # per number of hidden states
+
+    @property
+    def budget(self) -> int:
+        return self.probes
 
     @property
     def scored_rows(self) -> int:
@@ -121,12 +123,10 @@ class FlashHead:
         per_row = (self.probes * self.cluster_size + self.always.numel()) * (d * es + _INDEX_BYTES)
         return self.clusters * d * es + rows * (per_row + d * es + self.probes * _INDEX_BYTES)
 
-    def argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         h = _flat(hidden, self.weight)
         if self.backend == "triton":
-            work = self._workspaces.get(h.shape[0])
-            if work is None:
-                work = self._workspaces[h.shape[0]] = flashhead_triton.Workspace(h.shape[0], h.device)
+            work = _workspace(self._workspaces, h)
             cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes, work)
             token = flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, self.always, work)
         else:
@@ -147,6 +147,178 @@ class FlashHead:
         scores = torch.bmm(self.weight[tokens], h.unsqueeze(-1)).squeeze(-1).float()
         # a padded cluster repeats its own tokens, and always_tokens may be probed too: same score, same slot
         return torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device).scatter_(1, tokens, scores)
+
+
+def _workspace(workspaces: dict, h: torch.Tensor) -> flashhead_triton.Workspace:
+    """The triton backend's device counters for calls on h.shape[0] hidden states (one per count)."""
+    work = workspaces.get(h.shape[0])
+    if work is None:
+        work = workspaces[h.shape[0]] = flashhead_triton.Workspace(h.shape[0], h.device)
+    return work
+
+
+def _backend(backend: str | None, weight: torch.Tensor) -> str:
+    """ "triton" (fused gather-score-argmax kernels) or "torch"; None picks triton on CUDA where it runs
+    (the CPU interpreter runs the kernels too, but slowly: only when asked)."""
+    can_fuse = triton_support.runs_on(weight.device)
+    if backend is None:
+        backend = "triton" if can_fuse and weight.is_cuda else "torch"
+    if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
+        raise UsageError(
+            f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
+        )
+    return backend
+
+
+class ShortlistHead:
+    """The head restricted to a fixed token shortlist (FR-Spec, VocabTrim): score those N rows exactly,
+    return the best. A token outside the shortlist is never proposed.
+
+    backend "torch" scores a sliced copy of the N rows with one GEMM (what FR-Spec ships); "triton"
+    scores the rows in place with the fused gather-score-argmax kernel of FlashHead's stage 2 (no
+    copy: the shortlist's ids are its always-scored tokens, no cluster is probed).
+    """
+
+    def __init__(self, weight: torch.Tensor, shortlist: torch.Tensor, backend: str | None = None):
+        _check_weight(weight)
+        vocab = weight.shape[0]
+        ids = torch.unique(shortlist.to(device=weight.device, dtype=torch.long))  # ascending: ties -> lowest id
+        if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= vocab:
+            raise UsageError(f"a shortlist must hold token ids in [0, {vocab - 1}]")
+        self.weight, self.tokens = weight, ids
+        self.vocab_size, self.hidden_size = weight.shape
+        self.backend = _backend(backend, weight)
+        self.rows = weight[ids].contiguous() if self.backend == "torch" else None
+        self._chunk = torch.empty((1, SHORTLIST_CHUNK), dtype=torch.long, device=weight.device)
+        self._no_clusters = torch.empty((1, 0), dtype=torch.long, device=weight.device)
+        self._workspaces: dict[int, flashhead_triton.Workspace] = {}
+
+    @property
+    def size(self) -> int:
+        return self.tokens.numel()
+
+    @property
+    def budget(self) -> int:
+        return self.size
+
+    @property
+    def work_ratio(self) -> float:
+        return self.size / self.vocab_size
+
+    def bytes_per_call(self, rows: int = 1) -> int:
+        """The shortlist's rows (and, scored in place, their ids) plus the hidden states."""
+        es = self.weight.element_size()
+        ids = 0 if self.backend == "torch" else self.size * _INDEX_BYTES
+        return self.size * self.hidden_size * es + ids + rows * self.hidden_size * es
+
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        h = _flat(hidden, self.weight)
+        if self.backend == "torch":
+            token = self.tokens[F.linear(h, self.rows).argmax(dim=-1)]
+        else:
+            no_clusters = self._no_clusters.expand(h.shape[0], 0)
+            work = _workspace(self._workspaces, h)
+            token = flashhead_triton.stage2_argmax(h, no_clusters, self._chunk, self.weight, self.tokens, work)
+        return token.reshape(hidden.shape[:-1])
+
+
+class RouterHead:
+    """DynaSpec's learned router: a small MLP reads the embedding of the token the draft body was fed
+    and the draft's previous hidden state (so it can run beside the body), picks its `budget` best
+    clusters of an unbalanced clustering of the head, and their tokens are scored exactly
+    (FlashHead's stage 2: gather, score, argmax; fused in one kernel with the triton backend).
+
+    In the decoder the previous hidden state is kept on the device (`previous`, rewritten by every
+    call): within a round it is the last step's state; the first step of a round sees the state of
+    the last draft step run, which may belong to a rejected token (the router's input is then
+    approximate; the head's exact scoring and the target's verification are not affected).
+    """
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        embedding: torch.Tensor,
+        router,
+        budget: int,
+        backend: str | None = None,
+        previous: torch.Tensor | None = None,
+    ):
+        _check_weight(weight)
+        if router.vocab_size != weight.shape[0] or router.hidden_size != weight.shape[1]:
+            raise UsageError(
+                f"the router asset is for a {router.vocab_size} x {router.hidden_size} head, "
+                f"the weight is {weight.shape[0]} x {weight.shape[1]}"
+            )
+        if not 1 <= budget <= router.clusters:
+            raise UsageError(f"router budget must be in [1, {router.clusters}] clusters, got {budget}")
+        device, dtype = weight.device, weight.dtype
+        self.weight, self.embedding = weight, embedding
+        self.vocab_size, self.hidden_size = weight.shape
+        self.clusters, self.cluster_size, self.budget = router.clusters, router.members.shape[1], budget
+        self.members = router.members.to(device=device, dtype=torch.long).contiguous()
+        self.layers = [t.to(device=device, dtype=torch.float32) for t in router.layers]
+        self.backend = _backend(backend, weight)
+        # the previous hidden state, shared by the heads of every draft position when given
+        self.previous = torch.zeros((1, self.hidden_size), dtype=dtype, device=device) if previous is None else previous
+        self._workspaces: dict[int, flashhead_triton.Workspace] = {}
+
+    @property
+    def work_ratio(self) -> float:
+        """Scored head rows (budget clusters of up to cluster_size tokens) relative to the dense head."""
+        return self.budget * self.cluster_size / self.vocab_size
+
+    def bytes_per_call(self, rows: int = 1) -> int:
+        """The router's weights once, then per hidden state its clusters' rows with their ids."""
+        es = self.weight.element_size()
+        d = self.hidden_size
+        router = sum(t.numel() for t in self.layers) * 4
+        per_row = self.budget * self.cluster_size * (d * es + _INDEX_BYTES) + 3 * d * es
+        return router + rows * per_row
+
+    def route(self, tokens: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+        """tokens [n] (fed to the body), previous hidden states [n, d] -> the budget best clusters [n, budget]."""
+        w1, b1, w2, b2 = self.layers
+        x = torch.cat([self.embedding[tokens].float(), previous.float()], dim=-1)
+        logits = F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+        return torch.topk(logits, self.budget, dim=-1, sorted=False).indices
+
+    def score(self, hidden: torch.Tensor, cluster_ids: torch.Tensor) -> torch.Tensor:
+        """hidden [n, d], cluster_ids [n, budget] -> the best token of those clusters [n]."""
+        h = _flat(hidden, self.weight)
+        if self.backend == "triton":
+            work = _workspace(self._workspaces, h)
+            return flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, None, work)
+        return flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight)
+
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """One draft step (hidden [1, d] or [d]; tokens: the body's input, its last one is routed)."""
+        if tokens is None:
+            raise UsageError("the router head needs the tokens fed to the draft body")
+        h = _flat(hidden, self.weight)
+        token = self.score(h, self.route(tokens.reshape(-1)[-1:], self.previous))
+        self.previous.copy_(h)
+        return token.reshape(hidden.shape[:-1])
+
+
+class PositionalHead:
+    """One head per draft position (0-based within a round); the last one serves every later position.
+    Budgets per position (DynaSpec, PA-FR): more for the first positions, where acceptance is decided."""
+
+    def __init__(self, heads: list):
+        if not heads:
+            raise UsageError("a positional head needs at least one head")
+        self.heads = heads
+
+    def at(self, position: int):
+        return self.heads[min(position, len(self.heads) - 1)]
+
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        return self.heads[0].argmax(hidden, tokens)
+
+
+def heads_by_position(head) -> list:
+    """The head of each draft position for `head` (one entry: the same head at every position)."""
+    return head.heads if isinstance(head, PositionalHead) else [head]
 
 
 def flashhead_agreement(

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 import torch
 
 from contracts import PLACEMENTS, UsageError
+from contracts.heads import HeadSpec, check_assets, parse_head
 from contracts.names import TENSOR_PARALLEL_PLACEMENT, tensor_parallel_size
 from model import tensor_parallel
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
-from model.heads import DenseHead, FlashHead
+from model.head_assets import load_router, load_shortlist
+from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
 from model.loading import Loaded, load_model
 from model.memory import check_cache
 from model.presets import PRESETS
@@ -55,6 +57,7 @@ class Pair:
     placement: str
     seed: int
     clustering_folder: str | None = None  # FlashHead assets to load; None: build them from the draft's head
+    head_assets: str | None = None  # shortlist / router assets (python -m model.build_head --out DIR)
     room: int = 0  # cache slots, once `size_caches` ran
     tensor_parallel: TensorParallel | None = None  # this rank's place when the target is tensor-parallel
     _clustering: Clustering | None = field(default=None, repr=False)
@@ -101,13 +104,44 @@ class Pair:
             self._clustering = built.to(weight.device)
         return self._clustering
 
-    def head(self, kind: str, probes: int | None = None):
-        """The draft head: dense, or FlashHead at `probes` (None: clusters / 16)."""
+    def head(self, spec: HeadSpec | str, probes: int | None = None):
+        """The draft head of a head spec (contracts.heads), one head per draft position where its
+        budgets differ; `probes` (the older --probes) sets a plain `flashhead`'s probes. A budget
+        larger than the vocabulary or the clusters, or a missing asset, is bad input."""
+        spec = parse_head(spec) if isinstance(spec, str) else spec
         weight = self.draft.model.head_weight
-        if kind == "dense" or isinstance(self.draft.model, DraftStandIn):  # a stand-in's head is never used
+        if spec.kind == "dense" or isinstance(self.draft.model, DraftStandIn):  # a stand-in's head is never used
             return DenseHead(weight)
-        eos = self.draft.tokenizer.eos_token_id
-        return FlashHead(weight, self.clustering, probes, always_tokens=[eos] if eos is not None else ())
+        vocab, d = weight.shape
+        budgets = spec.budgets or (probes,)
+        if spec.kind == "flashhead":
+            spec.check_budgets(self.clustering.clusters, "FlashHead clusters")
+            eos = self.draft.tokenizer.eos_token_id
+            always = [eos] if eos is not None else ()
+        elif spec.kind == "shortlist":
+            spec.check_budgets(vocab, "tokens of the vocabulary")
+            shortlist = load_shortlist(self._assets_folder(spec), vocab)
+        else:
+            router = load_router(self._assets_folder(spec), vocab, d)
+            spec.check_budgets(router.clusters, "router clusters")
+            embedding = self.draft.model.embed_tokens.weight
+            previous = torch.zeros((1, d), dtype=weight.dtype, device=weight.device)  # shared by all positions
+
+        def build(budget):
+            if spec.kind == "flashhead":
+                return FlashHead(weight, self.clustering, budget, always_tokens=always)
+            if spec.kind == "shortlist":
+                return ShortlistHead(weight, shortlist.top(budget))
+            return RouterHead(weight, embedding, router, budget, previous=previous)
+
+        heads = {b: build(b) for b in dict.fromkeys(budgets)}  # one head per distinct budget
+        if len(heads) == 1:
+            return heads[budgets[0]]
+        return PositionalHead([heads[b] for b in budgets])
+
+    def _assets_folder(self, spec: HeadSpec) -> str:
+        check_assets(spec, self.head_assets)
+        return self.head_assets
 
     def acceptance_control(self, spec: str | None) -> AcceptanceControl | None:
         """Acceptance control for synthetic weights (None or "none": the draft's own proposals)."""
@@ -161,6 +195,7 @@ def load_pair(
     kernels: str | None = None,
     clustering: str | None = None,
     max_seq_len: int = 1,
+    head_assets: str | None = None,
 ) -> Pair:
     """Both models (target seeded `seed`, draft `seed + 1`), on the placement's devices, checked to
     share one vocabulary and tokenizer. `max_seq_len` is the initial cache (see `Pair.size_caches`).
@@ -187,4 +222,4 @@ def load_pair(
             loaded_target.model.config.vocab_size,
             loaded_draft.model.config.vocab_size,
         )
-    return Pair(loaded_target, loaded_draft, placement, seed, clustering, tensor_parallel=ranks)
+    return Pair(loaded_target, loaded_draft, placement, seed, clustering, head_assets, tensor_parallel=ranks)

@@ -18,6 +18,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from contracts.files import MAX_INPUT_BYTES  # noqa: E402
+from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
+from model.router import split_clusters  # noqa: E402
 from tests.sim_fixtures import tiny_profile, trace_lines  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
@@ -67,6 +69,12 @@ def make_files(folder: Path) -> dict[str, Path]:
     (folder / "runs" / "traces").mkdir(parents=True)
     (folder / "runs" / "traces" / "x.summary.json").write_text("{}")
     files["runs"] = folder / "runs"
+    heads = folder / "heads"  # a shortlist and a 4-cluster router for the tiny presets' 512 tokens
+    save_shortlist(Shortlist(torch.arange(512), torch.zeros(512, dtype=torch.long)), heads)
+    assignments, members = split_clusters(torch.arange(512) % 4, cap=128)
+    layers = [torch.zeros(8, 64), torch.zeros(8), torch.zeros(4, 8), torch.zeros(4)]
+    save_router(Router(assignments, members, layers, 32), heads)
+    files["heads"] = heads
     (folder / "report").mkdir()
     (folder / "report" / "report.md").write_text("an earlier report")
     files["report"] = folder / "report"
@@ -128,6 +136,14 @@ CASES = [
     # model: choices, numbers, files, sizes, devices, checkpoints
     ("model", ["--schedule", "fastest"], "unknown schedule 'fastest'"),
     ("model", ["--head", "sparse"], "unknown head 'sparse'"),
+    ("model", ["--head", "flashhead:1x"], "budgets must be positive integers; valid: dense, flashhead"),
+    ("model", ["--head", "dense:2"], "'dense' takes no budget"),
+    ("model", ["--head", "flashhead:64,8"], "budget 64 exceeds the 32 FlashHead clusters"),
+    ("model", ["--head", "shortlist:8"], "needs built assets: pass --head-assets DIR"),
+    ("model", ["--head", "router:2", "--head-assets", "{report}"], "no router asset at"),
+    ("model", ["--head", "shortlist:600", "--head-assets", "{heads}"], "exceeds the 512 tokens of the vocabulary"),
+    ("model", ["--head", "router:2,9", "--head-assets", "{heads}"], "budget 9 exceeds the 4 router clusters"),
+    ("model", ["--head", "flashhead:4", "--probes", "4"], "--probes repeats the budget"),
     ("model", ["--K", "0"], "--K must be >= 1"),
     ("model", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     ("model", ["--warmup", "-1"], "--warmup must be >= 0"),
@@ -168,6 +184,8 @@ CASES = [
     ("model", ["--samples", "3"], "--samples needs --temperature > 0"),
     ("model", ["--seed", "-1"], "--seed must be >= 0"),
     ("model", ["--temperature", "0.7", "--check-exact"], "--check-exact compares with greedy decoding"),
+    ("model", ["--temperature", "0.7", "--schedule", "deferred", "--policy", "ucb1"], "--temperature > 0 runs with"),
+    ("model", ["--temperature", "0.7", "--head", "shortlist:64"], "--temperature > 0 needs --head dense or flashhead"),
     ("model", ["--temperature", "0.7", "--top-p", "0.9", "--acceptance", "a=0.5"], "--acceptance under sampling needs"),
     # measure: numbers, lists, devices, sizes, outputs
     ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),

@@ -56,11 +56,11 @@ def test_every_schedule_equals_target_greedy(placement, graphs, head, spec):
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_graphs_are_captured_up_front(placement):
     dec, _ = _decoder(placement)
-    counts = (dec._target.captured, dec._body.captured, dec._head.captured)
+    counts = (dec._target.captured, dec._body.captured, sum(h.captured for h in dec._heads))
     assert counts == (3, 2, 1)  # target n = 1, K, K+1; draft body n = 1, 2; draft head
     for schedule in ("baseline",) + SPECULATIVE:
         dec.generate(PROMPT, MAX_NEW, schedule)
-    assert (dec._target.captured, dec._body.captured, dec._head.captured) == counts
+    assert (dec._target.captured, dec._body.captured, sum(h.captured for h in dec._heads)) == counts
 
 
 SAMPLING = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=3)
