@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 REDRAW_SECONDS = 0.1  # at most ten redraws a second: cheap inside tight loops
@@ -94,3 +95,11 @@ def _clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def each(items: Sequence, label: str, unit: str = "") -> Iterator:
+    """The items one by one, with a progress line on a terminal while they are worked through."""
+    with Progress(len(items), label, unit) as progress:
+        for item in items:
+            yield item
+            progress.update()

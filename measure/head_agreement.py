@@ -28,12 +28,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from contracts import UsageError
 from contracts.cli import OneLineParser
 from contracts.files import check_output_file, write_atomic
 from contracts.heads import parse_heads
+from contracts.progress import each
 from model.build_head import HELD_OUT_CATEGORIES, training_prompts
 from model.cli import run_torch_command
 from model.decoder import Decoder, cache_room
@@ -151,7 +151,7 @@ def run(args) -> int:
     per_round = {name: defaultdict(lambda: [[0, 0, 0] for _ in range(args.K)]) for name in heads}
     pooled = defaultdict(lambda: [0, 0])
     t0 = time.perf_counter()
-    for prompt in tqdm(prompts, desc="held-out prompts", unit="prompt", file=sys.stderr, disable=None):
+    for prompt in each(prompts, "held-out prompts", "prompt"):
         ids = loaded.tokenizer.encode(prompt.text)[: args.prompt_max]
         sequence = ids + reference.reference(ids, args.new_tokens)[:-1]
         states = model.forward_hidden(torch.tensor([sequence]), torch.arange(len(sequence)))[0]

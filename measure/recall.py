@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from contracts import UsageError
 from contracts.files import write_atomic
-from contracts.progress import Progress
+from contracts.progress import each
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
@@ -126,22 +126,20 @@ def collect_states(loaded, prompts, prompt_max: int, new_tokens: int, exit_layer
     ]
     out = []
     try:
-        with Progress(len(prompts), "hidden states", "prompt") as progress:
-            for prompt in prompts:
-                ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
-                continuation = decoder.reference(ids, new_tokens)
-                tokens = ids + continuation[:-1]
-                hidden = model.forward_hidden(torch.tensor([tokens]), torch.arange(len(tokens)))[0]
-                out.append(
-                    {
-                        "id": prompt.id,
-                        "category": study_category(prompt.category),
-                        "states": hidden.clone(),
-                        "start": len(ids) - 1,
-                        "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers},
-                    }
-                )
-                progress.update()
+        for prompt in each(prompts, "hidden states", "prompt"):
+            ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
+            continuation = decoder.reference(ids, new_tokens)
+            tokens = ids + continuation[:-1]
+            hidden = model.forward_hidden(torch.tensor([tokens]), torch.arange(len(tokens)))[0]
+            out.append(
+                {
+                    "id": prompt.id,
+                    "category": study_category(prompt.category),
+                    "states": hidden.clone(),
+                    "start": len(ids) - 1,
+                    "exit": {n: model.norm(captured[n])[0].clone() for n in exit_layers},
+                }
+            )
     finally:
         for hook in hooks:
             hook.remove()

@@ -23,8 +23,8 @@ from contracts.files import check_output_folder, staged
 require_modules("python -m model.build_head", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
 import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
+from contracts.progress import each  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
 from model.decoder import Decoder, cache_room  # noqa: E402
 from model.head_assets import Shortlist, save_router, save_shortlist  # noqa: E402
@@ -62,7 +62,7 @@ def draft_samples(loaded, prompts: list[Prompt], prompt_max: int, new_tokens: in
     decoder = Decoder(model, graphs=False, phases=False, K=1)
     device = model.head_weight.device
     tokens, previous, hidden = [], [], []
-    for prompt in tqdm(prompts, desc="draft generations", unit="prompt", file=sys.stderr, disable=None):
+    for prompt in each(prompts, "draft generations", "prompt"):
         ids = loaded.tokenizer.encode(prompt.text)[:prompt_max]
         sequence = ids + decoder.reference(ids, new_tokens)[:-1]
         states = model.forward_hidden(

@@ -85,3 +85,10 @@ def test_the_simulator_shows_progress_on_a_terminal_only():
     code, piped_stdout, piped_stderr = _sim_stderr(on_terminal=False)
     assert code == 0 and piped_stderr == b""
     assert piped_stdout == stdout, "the results are the same either way"
+
+
+def test_each_yields_every_item_in_order_and_stays_quiet_off_a_terminal(capsys):
+    from contracts.progress import each
+
+    assert list(each(["a", "b", "c"], "items", "item")) == ["a", "b", "c"]
+    assert capsys.readouterr().err == ""
