@@ -207,10 +207,9 @@ def test_phase_times_are_recorded_per_round(models, references):
     assert all(r.phases_ms is None for r in quiet.generate(PROMPTS["short"], MAX_NEW, "deferred").rounds)
 
 
-def test_summary_metrics(models, references):
-    dec, control = _controlled(models, references, "a=0.5", 3)
-    runs = [(name, _generate(dec, control, references, name, "deferred")) for name in ("short", "longer")]
-    config = {
+def _deferred_config(prompts: list[str]) -> dict:
+    """A run summary's config: deferred, dense head, K 3, on the CPU."""
+    return {
         "target": "t",
         "draft": "d",
         "weights": "synthetic",
@@ -221,9 +220,14 @@ def test_summary_metrics(models, references):
         "placement": "cpu",
         "graphs": False,
         "max_new_tokens": MAX_NEW,
-        "prompts": ["short", "longer"],
+        "prompts": prompts,
     }
-    s = summarize(config, runs)
+
+
+def test_summary_metrics(models, references):
+    dec, control = _controlled(models, references, "a=0.5", 3)
+    runs = [(name, _generate(dec, control, references, name, "deferred")) for name in ("short", "longer")]
+    s = summarize(_deferred_config(["short", "longer"]), runs)
     check_summary(s)
     rounds = [r for _, g in runs for r in g.rounds]
     assert s["decode_tokens"] == 2 * (MAX_NEW - 1)
@@ -266,21 +270,6 @@ def test_host_gaps_after_reads_are_recorded(models):
     line = trace_lines(g, prompt_id="p", schedule="deferred", head="dense", K=3)[0]
     check_trace_line(line)
     assert line["host_gaps"] == 1 and line["host_gap_ms"] > 0
-    summary = summarize(
-        {
-            "target": "t",
-            "draft": "d",
-            "weights": "synthetic",
-            "head": "dense",
-            "probes": None,
-            "schedule": "deferred",
-            "K": 3,
-            "placement": "cpu",
-            "graphs": False,
-            "max_new_tokens": MAX_NEW,
-            "prompts": ["p"],
-        },
-        [("p", g)],
-    )
+    summary = summarize(_deferred_config(["p"]), [("p", g)])
     check_summary(summary)
     assert summary["host_gaps"] == len(g.rounds)

@@ -437,11 +437,16 @@ def calibration_workload(args, pair, work):
     chosen = {p.id for p in work.prompts}
     lengths = sorted(len(x) for x in work.ids)
     median = lengths[(len(lengths) - 1) // 2]
-    questions = [p for p in select_prompts("first:100000", args.prompts_file) if p.id not in chosen]
-    encoded = [(p, pair.target.tokenizer.encode(p.text)) for p in questions]
-    longest = max(encoded, key=lambda pair_: len(pair_[1]))  # if none is as long as the median
-    prompt, ids = next(((p, ids) for p, ids in encoded if len(ids) >= median), longest)
-    return prompt, ids[:median]
+    longest = None  # if no question is as long as the median
+    for prompt in select_prompts("first:100000", args.prompts_file):
+        if prompt.id in chosen:
+            continue
+        ids = pair.target.tokenizer.encode(prompt.text)
+        if len(ids) >= median:
+            return prompt, ids[:median]
+        if longest is None or len(ids) > len(longest[1]):
+            longest = (prompt, ids)
+    return longest
 
 
 def _meta(args, pair, graphs: bool, control, prompts) -> dict:
