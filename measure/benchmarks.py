@@ -22,8 +22,6 @@ from model.prompt_lookup import lookup
 
 from .timing import summarize, time_op
 
-DRAFT_BURST = 8  # draft body and head calls per timed repetition: a round's draft steps run back to back
-
 
 @dataclass
 class Bench:
@@ -99,21 +97,19 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     for context in b.contexts:
         for n in (1, 2):
             inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
-            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device, burst=DRAFT_BURST)})
+            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")
     states = [
         (torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
         for i in range(4)
     ]
     dense = DenseHead(model.head_weight)
-    dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device, burst=DRAFT_BURST)
+    dense_ms = b.time(GraphedCall(dense.argmax, enabled=graphs), states, device)
     b.tick("draft dense head")
     flash = []
     for p in b.probes:
         head = FlashHead(model.head_weight, b.clustering, probes=p)
-        flash.append(
-            {"probes": p, **b.time(GraphedCall(head.argmax, enabled=graphs), states, device, burst=DRAFT_BURST)}
-        )
+        flash.append({"probes": p, **b.time(GraphedCall(head.argmax, enabled=graphs), states, device)})
         b.tick(f"draft FlashHead p={p}")
     cursor = torch.zeros(3, dtype=torch.long, device=device)
     moves = [(torch.full((3,), i, dtype=torch.long, device=device),) for i in range(4)]

@@ -19,7 +19,6 @@ from . import profile as profile_io
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import (
     BOOKKEEPING_NEW_TOKENS,
-    DRAFT_BURST,
     Bench,
     copy_bandwidth_gbs,
     draft_costs,
@@ -206,9 +205,7 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
     notes = [
         f"Measured by python -m measure on {placement}: every cost timed as the decoder runs it "
         "(GraphedCall per shape, static caches, device-side positions), CUDA events on GPU, "
-        "perf_counter on CPU; each repetition starts from an idle device. The draft body and heads are "
-        f"timed in bursts of {DRAFT_BURST} back-to-back calls per repetition (the mean per call), as a "
-        "round's draft steps run.",
+        "perf_counter on CPU; each repetition starts from an idle device.",
         "target.forward_ms is the decoder's own target step (dense argmax head included; fixed width on GPU, "
         "see model/decoder.py); prefills are eager, as in the decoder; draft.body_ms is one draft step "
         "without its head; draft.append_ms is the same operation as one body step.",

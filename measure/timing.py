@@ -2,10 +2,7 @@
 
 Each repetition starts from an idle device (synchronized), so `host_ms` is what the host spends
 issuing the operation and `median_ms` is when its work is done: CUDA events on a GPU, the wall clock
-on the CPU. An operation whose host_ms is close to median_ms is launch-bound. With `burst` > 1 a
-repetition issues the operation that many times back to back and records the mean per call: the
-draft's steps run that way within a round, on a busy device, and a single call from an idle device
-can cost a few percent more or less than each of them (clocks, caches, launch queue).
+on the CPU. An operation whose host_ms is close to median_ms is launch-bound.
 
 The end of the module holds what the GPU benchmark commands (`python -m measure.speed`,
 `measure.head_speed`, `measure.awq_sweep`; docs/benchmarks.md) share: the checks they make before
@@ -63,43 +60,38 @@ def time_op(
     reps: int = 20,
     warmup: int = 3,
     also_sync: Sequence[torch.device] = (),
-    burst: int = 1,
 ) -> dict:
-    """Time `fn(*inputs[i % len(inputs)])`, `burst` calls per repetition (times per call); `also_sync`
-    names other devices the operation touches (their work is then timed by the host clock after
-    synchronizing them all)."""
-    if burst < 1:
-        raise UsageError(f"burst must be >= 1, got {burst}")
+    """Time `fn(*inputs[i % len(inputs)])`; `also_sync` names other devices the operation touches
+    (their work is then timed by the host clock after synchronizing them all)."""
     devices = [device, *also_sync]
     if device.type == "cuda":
         with torch.cuda.device(device):  # events record on the current device's stream: make it this one
-            return _time_op(fn, inputs, devices, reps, warmup, burst, use_events=not also_sync)
-    return _time_op(fn, inputs, devices, reps, warmup, burst, use_events=False)
+            return _time_op(fn, inputs, devices, reps, warmup, use_events=not also_sync)
+    return _time_op(fn, inputs, devices, reps, warmup, use_events=False)
 
 
-def _time_op(fn, inputs, devices, reps: int, warmup: int, burst: int, use_events: bool) -> dict:
-    for i in range(warmup * burst):
+def _time_op(fn, inputs, devices, reps: int, warmup: int, use_events: bool) -> dict:
+    for i in range(warmup):
         fn(*inputs[i % len(inputs)])
     _sync(devices)
     device_ms, host_ms = [], []
     for i in range(reps):
-        calls = [inputs[(warmup + i * burst + j) % len(inputs)] for j in range(burst)]
+        args = inputs[(i + warmup) % len(inputs)]
         _sync(devices)
         if use_events:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
-        for args in calls:
-            fn(*args)
+        fn(*args)
         t1 = time.perf_counter()
         if use_events:
             end.record()
             end.synchronize()
-            device_ms.append(start.elapsed_time(end) / burst)
+            device_ms.append(start.elapsed_time(end))
         else:
             _sync(devices)
-            device_ms.append((time.perf_counter() - t0) * 1000 / burst)
-        host_ms.append((t1 - t0) * 1000 / burst)
+            device_ms.append((time.perf_counter() - t0) * 1000)
+        host_ms.append((t1 - t0) * 1000)
     return summarize(device_ms, host_ms)
 
 

@@ -251,26 +251,6 @@ def test_awq_sweep_step_estimate_and_best():
     assert list(awq_sweep.best_per_shape(shapes)) == ["qkv"]
 
 
-def test_a_burst_issues_its_calls_back_to_back_and_reports_per_call_times(monkeypatch):
-    """time_op with burst=3: every repetition makes 3 calls with rotating inputs, the warm-up as many,
-    and each sample is one call's share of its repetition (n counts repetitions). A fake clock that
-    advances one second per call makes every per-call time exactly 1000 ms."""
-    from measure import timing
-
-    clock, seen = [0.0], []
-
-    def fn(x):
-        seen.append(x)
-        clock[0] += 1.0
-
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
-    result = timing.time_op(fn, [(0,), (1,), (2,), (3,)], torch.device("cpu"), reps=2, warmup=1, burst=3)
-    assert seen == [0, 1, 2, 1, 2, 3, 0, 1, 2]
-    assert (result["n"], result["median_ms"], result["host_ms"]) == (2, 1000.0, 1000.0)
-    with pytest.raises(UsageError, match="burst"):
-        timing.time_op(fn, [(0,)], torch.device("cpu"), burst=0)
-
-
 def _timing(median: float) -> dict:
     return {"median_ms": median, "p10_ms": median * 0.9, "p90_ms": median * 1.1, "n": 5, "host_ms": 0.01}
 
