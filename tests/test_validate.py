@@ -261,6 +261,32 @@ def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_p
         assert calibrated["phase_ms"][phase] == pytest.approx(measured[phase])
 
 
+def test_the_fitted_read_gap_makes_the_instances_own_calibration_generation_come_out_as_measured(tmp_path):
+    """A speculative calibration generation measured 0.7 ms a read slower than the profile predicts
+    (read gap 0.1 ms) gives a read gap that predicts its decode time exactly; the baseline instance fits
+    its gap on the baseline generation, not on the speculative one."""
+    from tests.sim_fixtures import tiny_profile, write
+    from tests.sim_fixtures import trace_lines as fixture_lines
+    from validate.calibration import fitted_read_gap
+    from validate.plan import Config
+    from validate.predict import predict
+
+    profile_path, trace_path = write(tmp_path, tiny_profile("one-gpu", read_gap_ms=0.1), fixture_lines([1, 2, 0, 2], K=2))
+    lines = [dict(line, schedule="deferred") for line in json_lines(trace_path)]
+    config = Config("deferred", "dense", 2)
+    gap = (("host.read_gap_ms", "=", 0.1),)
+    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, gap)
+    reads = len(lines)
+    summary = {"decode_ms": predicted["decode_ms"] + 0.7 * reads, "host_gaps": reads}
+    record = (config, None, lines, summary, trace_path)
+    fitted = fitted_read_gap("K2-dense", [record], {}, 0.1, profile_path, "one-gpu", False)
+    assert fitted == pytest.approx(0.8)
+    refit, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", fitted),))
+    assert refit["decode_ms"] == pytest.approx(summary["decode_ms"])
+    baseline = (Config("baseline", "dense", 0), None, lines, {"decode_ms": 1.0, "host_gaps": 0}, trace_path)
+    assert fitted_read_gap("baseline", [baseline, record], {}, 0.1, profile_path, "one-gpu", False) == 0.1
+
+
 def json_lines(path):
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 

@@ -4,7 +4,9 @@ process from an idle device therefore misses a run by that drift. Before its run
 instance decodes a calibration prompt (never one of the validation prompts) under `baseline` and
 `deferred`; the simulator replays those generations on the profile, and each device cost is scaled by
 measured / predicted for its phase (target forwards, draft body, draft head), keeping the profile's
-shape over context and token count. The runs that are predicted never enter their own calibration."""
+shape over context and token count; the read gap is then fitted to the instance's own kind of
+calibration generation (`fitted_read_gap`). The runs that are predicted never enter their own
+calibration."""
 
 from __future__ import annotations
 
@@ -65,6 +67,26 @@ def read_gap_from(records) -> float | None:
     total = sum(summary.get("host_gap_ms") or 0.0 for *_, summary, _ in records)
     count = sum(summary.get("host_gaps") or 0 for *_, summary, _ in records)
     return total / count if count else None
+
+
+def fitted_read_gap(
+    group: str, records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool
+) -> float:
+    """The read gap that makes the calibration generation of the instance's own kind (the baseline's
+    for the baseline, else the speculative one) come out at its measured decode time, the device costs
+    already scaled. What the host does around a read costs more in the loop than the measured gap
+    alone (waking from the wait, round bookkeeping that the queue cannot hide): that residual is
+    spread over the generation's reads."""
+    own = [r for r in records if (r[0].schedule == "baseline") == (group == "baseline")]
+    config, probes, lines, summary, trace = (own or records)[0]
+    reads = summary.get("host_gaps") or 0
+    if not reads:
+        return read_gap_ms
+    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
+    row, _ = predict(
+        profile_path, trace, lines, config, probes, placement, graphs, edits + (("host.read_gap_ms", "=", read_gap_ms),)
+    )
+    return max(0.0, read_gap_ms + (summary["decode_ms"] - row["decode_ms"]) / reads)
 
 
 def group_name(config: Config) -> str:

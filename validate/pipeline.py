@@ -28,7 +28,7 @@ from sim.profile import load_profile
 
 from . import report
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
-from .calibration import Calibration, group_name, read_gap_from, scales_from, trace_name
+from .calibration import Calibration, fitted_read_gap, group_name, read_gap_from, scales_from, trace_name
 from .closed_form import closed_form
 from .plan import (
     Config,
@@ -268,6 +268,8 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
         scales = scales_from(group_records, head, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
         gap = read_gap_from(group_records) if gap_in_profile else None
+        if gap is not None:
+            gap = fitted_read_gap(group, group_records, scales, gap, profile_path, placement, graphs)
         calibrations[group] = Calibration(group, prompt, group_records, scales, gap)
     return calibrations
 
