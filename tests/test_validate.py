@@ -261,10 +261,9 @@ def test_calibration_scales_each_cost_by_its_phase_measured_over_predicted(tmp_p
         assert calibrated["phase_ms"][phase] == pytest.approx(measured[phase])
 
 
-def test_the_fitted_read_gap_makes_the_instances_own_calibration_generation_come_out_as_measured(tmp_path):
-    """A speculative calibration generation measured 0.7 ms a read slower than the profile predicts
-    (read gap 0.1 ms) gives a read gap that predicts its decode time exactly; the baseline instance fits
-    its gap on the baseline generation, not on the speculative one."""
+def test_the_fitted_read_gap_makes_the_calibration_generations_come_out_as_measured(tmp_path):
+    """Speculative calibration generations measured 0.7 ms a read slower in total than the profile
+    predicts (read gap 0.1 ms) give a read gap that predicts their decode time exactly."""
     from tests.sim_fixtures import tiny_profile, write
     from tests.sim_fixtures import trace_lines as fixture_lines
     from validate.calibration import fitted_read_gap
@@ -274,17 +273,29 @@ def test_the_fitted_read_gap_makes_the_instances_own_calibration_generation_come
     profile_path, trace_path = write(tmp_path, tiny_profile("one-gpu", read_gap_ms=0.1), fixture_lines([1, 2, 0, 2], K=2))
     lines = [dict(line, schedule="deferred") for line in json_lines(trace_path)]
     config = Config("deferred", "dense", 2)
-    gap = (("host.read_gap_ms", "=", 0.1),)
-    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, gap)
+    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", 0.1),))
     reads = len(lines)
-    summary = {"decode_ms": predicted["decode_ms"] + 0.7 * reads, "host_gaps": reads}
-    record = (config, None, lines, summary, trace_path)
-    fitted = fitted_read_gap("K2-dense", [record], {}, 0.1, profile_path, "one-gpu", False)
+    slow = (config, None, lines, {"decode_ms": predicted["decode_ms"] + 1.0 * reads, "host_gaps": reads}, trace_path)
+    fast = (config, None, lines, {"decode_ms": predicted["decode_ms"] + 0.4 * reads, "host_gaps": reads}, trace_path)
+    fitted = fitted_read_gap([slow, fast], {}, 0.1, profile_path, "one-gpu", False)
     assert fitted == pytest.approx(0.8)
     refit, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", fitted),))
-    assert refit["decode_ms"] == pytest.approx(summary["decode_ms"])
-    baseline = (Config("baseline", "dense", 0), None, lines, {"decode_ms": 1.0, "host_gaps": 0}, trace_path)
-    assert fitted_read_gap("baseline", [baseline, record], {}, 0.1, profile_path, "one-gpu", False) == 0.1
+    assert 2 * refit["decode_ms"] == pytest.approx(slow[3]["decode_ms"] + fast[3]["decode_ms"])
+
+
+def test_calibration_pools_the_instances_of_one_head_and_the_baselines_of_all():
+    from validate.calibration import pooled
+    from validate.plan import Config
+
+    def generations(K, head):
+        return [(Config("baseline", "dense", 0), K, head), (Config("deferred", head, K), K, head)]
+
+    records = {"baseline": generations(2, "dense")}
+    records.update({f"K{K}-{head}": generations(K, head) for K in (2, 4) for head in ("dense", "flashhead")})
+    assert {(r[0].name, r[1]) for r in pooled(records, "K4-flashhead")} == {
+        ("baseline", 2), ("baseline", 4), ("deferred-flashhead-K2", 2), ("deferred-flashhead-K4", 4)
+    }
+    assert len(pooled(records, "baseline")) == 5 and {r[0].schedule for r in pooled(records, "baseline")} == {"baseline"}
 
 
 def json_lines(path):

@@ -2,10 +2,10 @@
 decoder instance) to the next, while each instance is stable to about 2%. A profile measured in its own
 process from an idle device therefore misses a run by that drift. Before its runs, each decoder
 instance decodes a calibration prompt (never one of the validation prompts) under `baseline` and
-`deferred`; the simulator replays those generations on the profile, and each device cost is scaled by
-measured / predicted for its phase (target forwards, draft body, draft head), keeping the profile's
-shape over context and token count; the read gap is then fitted to the instance's own kind of
-calibration generation (`fitted_read_gap`). The runs that are predicted never enter their own
+`deferred`; the simulator replays those generations on the profile, pooled over the instances of one
+head (`pooled`), and each device cost is scaled by measured / predicted for its phase (target
+forwards, draft body, draft head), keeping the profile's shape over context and token count; the read
+gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). The runs that are predicted never enter their own
 calibration."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Calibration:
 
     group: str  # the decoder instance, e.g. "K4-flashhead"
     prompt_id: str
-    records: list  # (Config, probes, trace lines, run summary, trace path) per calibration schedule
+    records: list  # (Config, probes, trace lines, run summary, trace path) per calibration generation pooled
     scales: dict[str, float]  # profile cost path -> measured / predicted
     read_gap_ms: float | None = None  # the host's mean time from a read to its next launch, as measured
 
@@ -41,7 +41,8 @@ class Calibration:
         scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(self.scales.items()))
         if self.read_gap_ms is not None:
             scales += f", host.read_gap_ms = {self.read_gap_ms:.4f}"
-        return f"{self.group}: {' + '.join(c.name for c, *_ in self.records)} on prompt {self.prompt_id}: {scales}"
+        names = sorted({c.name for c, *_ in self.records})
+        return f"{self.group}: {' + '.join(names)} on prompt {self.prompt_id}: {scales}"
 
 
 def scales_from(records, head: str, profile_path, placement: str, graphs: bool) -> dict[str, float]:
@@ -69,24 +70,31 @@ def read_gap_from(records) -> float | None:
     return total / count if count else None
 
 
-def fitted_read_gap(
-    group: str, records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool
-) -> float:
-    """The read gap that makes the calibration generation of the instance's own kind (the baseline's
-    for the baseline, else the speculative one) come out at its measured decode time, the device costs
-    already scaled. What the host does around a read costs more in the loop than the measured gap
-    alone (waking from the wait, round bookkeeping that the queue cannot hide): that residual is
-    spread over the generation's reads."""
-    own = [r for r in records if (r[0].schedule == "baseline") == (group == "baseline")]
-    config, probes, lines, summary, trace = (own or records)[0]
-    reads = summary.get("host_gaps") or 0
-    if not reads:
-        return read_gap_ms
+def pooled(records: dict, group: str) -> list:
+    """The calibration generations that calibrate `group`: the baseline's of every instance for the
+    baseline, else those of every instance drafting with the same head. One instance's generation (one
+    prompt, about 20 rounds) moved its scales by up to 2x on the head and its gap by 1 ms with a single
+    slow round; the instances of one run drift apart far less than that."""
+    if group == "baseline":
+        return [r for group_records in records.values() for r in group_records if r[0].schedule == "baseline"]
+    head = group.split("-", 1)[1]
+    return [r for g, group_records in records.items() if g.endswith(f"-{head}") for r in group_records]
+
+
+def fitted_read_gap(records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool) -> float:
+    """The read gap that makes `records` (calibration generations of one kind: baselines, or speculative
+    ones) come out at their measured decode time in total, the device costs already scaled. What the
+    host does around a read costs more in the loop than the measured gap alone (waking from the wait,
+    round bookkeeping that the queue cannot hide, and on one GPU the draft's prefill, which runs inside
+    the first round there): that residual is spread over the generations' reads."""
     edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
-    row, _ = predict(
-        profile_path, trace, lines, config, probes, placement, graphs, edits + (("host.read_gap_ms", "=", read_gap_ms),)
-    )
-    return max(0.0, read_gap_ms + (summary["decode_ms"] - row["decode_ms"]) / reads)
+    edits += (("host.read_gap_ms", "=", read_gap_ms),)
+    residual, reads = 0.0, 0
+    for config, probes, lines, summary, trace in records:
+        row, _ = predict(profile_path, trace, lines, config, probes, placement, graphs, edits)
+        residual += summary["decode_ms"] - row["decode_ms"]
+        reads += summary.get("host_gaps") or 0
+    return max(0.0, read_gap_ms + residual / reads) if reads else read_gap_ms
 
 
 def group_name(config: Config) -> str:

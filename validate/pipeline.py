@@ -28,7 +28,7 @@ from sim.profile import load_profile
 
 from . import report
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
-from .calibration import Calibration, fitted_read_gap, group_name, read_gap_from, scales_from, trace_name
+from .calibration import Calibration, fitted_read_gap, group_name, pooled, read_gap_from, scales_from, trace_name
 from .closed_form import closed_form
 from .plan import (
     Config,
@@ -259,18 +259,20 @@ def _recorded(summary_path: Path) -> tuple:
 
 
 def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict[str, Calibration]:
-    """Each decoder instance's cost scales from its calibration generations (none recorded: none)."""
+    """Each decoder instance's cost scales from the calibration generations pooled for it (none recorded:
+    none)."""
     calibrations = {}
     gap_in_profile = bool(records) and profile_has_read_gap(profile_path, graphs)
     for group, group_records in records.items():
-        drafted = [r for r in group_records if r[0].schedule != "baseline"]
-        head = drafted[0][0].head if drafted else "dense"
-        scales = scales_from(group_records, head, profile_path, placement, graphs)
+        pool = pooled(records, group)
+        head = "dense" if group == "baseline" else group.split("-", 1)[1]
+        scales = scales_from(pool, head, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
-        gap = read_gap_from(group_records) if gap_in_profile else None
+        gap = read_gap_from(pool) if gap_in_profile else None
         if gap is not None:
-            gap = fitted_read_gap(group, group_records, scales, gap, profile_path, placement, graphs)
-        calibrations[group] = Calibration(group, prompt, group_records, scales, gap)
+            own_kind = [r for r in pool if (r[0].schedule == "baseline") == (group == "baseline")]
+            gap = fitted_read_gap(own_kind, scales, gap, profile_path, placement, graphs)
+        calibrations[group] = Calibration(group, prompt, pool, scales, gap)
     return calibrations
 
 

@@ -189,8 +189,10 @@ def markdown(results: list[Result], meta: dict) -> str:
         "- **predicted tok/s**: `python -m sim` on the same profile, replaying this run's own trace (exact at "
         "the recorded K) with the same schedule, head, probes, placement and regime; with the in-process "
         "calibration where the runs carry one: each decoder instance first decoded a calibration prompt "
-        "(not a validation prompt) under baseline and deferred, and the profile's target forward, draft "
-        "body and draft head costs are scaled by that instance's measured / predicted phase times.",
+        "(not a validation prompt) under baseline and deferred; pooled over the instances with the same head "
+        "(the baseline over all), the profile's target forward, draft body and draft head costs are scaled "
+        "by measured / predicted phase times, and the read gap is fitted so that those generations take "
+        "their measured decode time.",
         "- **profile-only error**: the same prediction from the profile's costs as measured, uncalibrated.",
         "- **error** = (predicted - measured) / measured, for every estimator.",
         "- **closed form**: the study's TPOT = (T_p(K) + K·T_q + T_o) / E[R], tok/s = 1000 / TPOT, where "
