@@ -41,8 +41,8 @@ class Calibration:
         scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(self.scales.items()))
         if self.read_gap_ms is not None:
             scales += f", host.read_gap_ms = {self.read_gap_ms:.4f}"
-        names = sorted({c.name for c, *_ in self.records})
-        return f"{self.group}: {' + '.join(names)} on prompt {self.prompt_id}: {scales}"
+        names = " + ".join(sorted({c.name for c, *_ in self.records}))
+        return f"{self.group}: {len(self.records)} generations ({names}) on prompt {self.prompt_id}: {scales}"
 
 
 def scales_from(records, head: str, profile_path, placement: str, graphs: bool) -> dict[str, float]:
