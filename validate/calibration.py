@@ -5,8 +5,8 @@ instance decodes a calibration prompt (never one of the validation prompts) unde
 `deferred`; the simulator replays those generations on the profile, pooled over the instances of one
 head (`pooled`), and each device cost is scaled by measured / predicted for its phase (target
 forwards, draft body, draft head), keeping the profile's shape over context and token count; the read
-gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). The runs that are predicted never enter their own
-calibration."""
+gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). The runs
+that are predicted never enter their own calibration."""
 
 from __future__ import annotations
 
