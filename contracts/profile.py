@@ -111,6 +111,8 @@ def check_profile(raw, source: str) -> None:
     _check_flashhead(raw.get("flashhead"), source)
     if raw.get("sampling") is not None:
         check_sampling(raw["sampling"], source)
+    if raw.get("trees") is not None:
+        check_trees(raw["trees"], source)
 
 
 def _check_flashhead(flashhead, source: str) -> None:
@@ -179,6 +181,46 @@ def check_sampling(sampling, source: str) -> None:
             n = curve.get("n")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise UsageError(f"{where}.beta.{key}: each curve needs 'n', the positive number of states")
+
+
+def check_trees(trees, source: str) -> None:
+    """The optional `trees` section (python -m measure.tree_rates): per depth d = 1..`depths` and
+    top-k, k = 1..`top_k`, the rate at which the target's greedy token is among the draft's top-k at
+    depth d given that it was at every depth before, pooled (`rates.all`) and per category. Each
+    scope holds `rate` ([depths][top_k] numbers in [0, 1], null where `n` is 0), `n` (the rounds each
+    rate is over) and optionally `low`/`high` (an interval, same shape), with the `weights` measured on."""
+    where = f"{source}: trees"
+    if not isinstance(trees, dict) or trees.get("weights") not in WEIGHTS:
+        raise UsageError(f"{where}.weights must be one of {', '.join(WEIGHTS)}")
+    depths, top_k, rates = trees.get("depths"), trees.get("top_k"), trees.get("rates")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16 for v in (depths, top_k)):
+        raise UsageError(f"{where} needs integers 'depths' and 'top_k' in 1..16")
+    if not isinstance(rates, dict) or "all" not in rates:
+        raise UsageError(f"{where}.rates must be an object of scopes with the pooled one, 'all'")
+    for scope, table in rates.items():
+        here = f"{where}.rates.{scope}"
+        if not isinstance(table, dict):
+            raise UsageError(f"{here} must be an object with 'rate' and 'n'")
+        for key in ("rate", "n", "low", "high"):
+            rows = table.get(key)
+            if rows is None and key in ("low", "high"):
+                continue
+            if (
+                not isinstance(rows, list)
+                or len(rows) != depths
+                or any(not isinstance(row, list) or len(row) != top_k for row in rows)
+            ):
+                raise UsageError(f"{here}.{key} must be {depths} lists (depths) of {top_k} values (top-k)")
+            for row in rows:
+                for value in row:
+                    if key == "n":
+                        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                            raise UsageError(f"{here}.n values must be non-negative integers")
+                    elif value is not None and not _fraction(value):
+                        raise UsageError(f"{here}.{key} values must be numbers in [0, 1] or null")
+        for rate_row, n_row in zip(table["rate"], table["n"]):
+            if any((rate is None) != (n == 0) for rate, n in zip(rate_row, n_row)):
+                raise UsageError(f"{here}.rate is null exactly where n is 0")
 
 
 def read_profile(path: str | Path) -> dict:

@@ -49,6 +49,12 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--warmup", type=int, help=f"warm-up runs per point (default {DEFAULTS.warmup})")
     add("--seed", type=int, help="seed of synthetic weights and the clustering (default 0)")
     add("--early-exit-layers", type=int, help="also time the early-exit drafter of the target's first L layers")
+    add(
+        "--tree-widths",
+        help="token trees: also time the target forward and the draft body at these token counts (node count + 1 "
+        "of each tree's verify, its frontier widths), e.g. 4,8,16,32,48,64,65; the decoder's fixed width grows to "
+        "the largest",
+    )
     add("--lookup-ngram", type=int, help="prompt lookup's max_matching_ngram_size for its timing (default 2)")
     if not overrides_only:
         add("--out", required=True, help="the profile JSON to write (a Markdown summary goes beside it)")
@@ -66,7 +72,7 @@ def settings_from(argv: list[str], base: MeasureSettings = DEFAULTS, overrides_o
     """(settings, out path or None) from command-line options, over `base`."""
     given = {k: v for k, v in vars(_parser(overrides_only).parse_args(argv)).items() if v is not None}
     out = given.pop("out", None)
-    for option in ("contexts", "prompt_lengths", "probes"):
+    for option in ("contexts", "prompt_lengths", "probes", "tree_widths"):
         if option in given:
             given[option] = _ints(given[option], "--" + option.replace("_", "-"))
     if "graphs" in given:

@@ -39,6 +39,11 @@ class Bench:
     reps: int
     warmup: int
     tick: Callable[[str], None]  # progress: called once per measured point
+    tree_widths: tuple[int, ...] = ()  # token counts a tree's verify and draft frontier need besides the chain's
+
+    def target_widths(self) -> list[int]:
+        """Token counts of the target forward: the chain's 1..K_max+2 and every tree width."""
+        return sorted(set(range(1, self.K_max + 3)) | set(self.tree_widths))
 
     def tokens(self, n: int, device: torch.device, vocab: int, variants: int = 4) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(n)
@@ -48,19 +53,25 @@ class Bench:
         return time_op(fn, inputs, device, reps=self.reps, warmup=self.warmup, **kw)
 
 
+def decode_K(K_max: int, tree_widths) -> int:
+    """The K of the decoder the target forwards are timed in: its fixed width covers K_max + 2 tokens
+    and every tree width (the decoder's width grows to a tree's node count + 1)."""
+    return max(K_max + 1, max(tree_widths, default=0) - 1)
+
+
 def _positions(start: int, n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(start, start + n, device=device)
 
 
 def target_costs(b: Bench, graphs: bool) -> dict:
     """Target decode forward (new tokens -> greedy tokens, the dense head included) for n = 1..K_max+2
-    at each context, run by the decoder's own step (graphs, fixed width); prefill for each prompt
-    length, eager, as the decoder runs it."""
+    and every tree width at each context, run by the decoder's own step (graphs, fixed width); prefill
+    for each prompt length, eager, as the decoder runs it."""
     model = b.target.model
-    step = Decoder(model, K=b.K_max + 1, graphs=graphs).target_forward
+    step = Decoder(model, K=decode_K(b.K_max, b.tree_widths), graphs=graphs).target_forward
     vocab = model.config.vocab_size
     forward = []
-    for n in range(1, b.K_max + 3):
+    for n in b.target_widths():
         for context in b.contexts:
             start = torch.tensor([context], device=b.target_device)
             inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
@@ -87,15 +98,16 @@ def _prefill(b: Bench, loaded: Loaded, device: torch.device) -> list[dict]:
 
 
 def draft_costs(b: Bench, graphs: bool) -> dict:
-    """Draft body step over 1 and 2 new tokens at each context (a table over n_tokens and context:
-    `Decoder.propose` feeds [prev, f] to its first step, every later step one token), its dense and
+    """Draft body step over 1 and 2 new tokens, and every tree width (a tree's frontier), at each context
+    (a table over n_tokens and context: `Decoder.propose` feeds [prev, f] to its first step, every later
+    step one token, or a tree's frontier), its dense and
     FlashHead heads (per probe count), prefill, and the KV crop (a cursor move on our static caches)."""
     model, device = b.draft.model, b.draft_device
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     body = GraphedCall(model.forward_hidden, enabled=graphs)
     body_points = []
     for context in b.contexts:
-        for n in (1, 2):
+        for n in sorted({1, 2} | set(b.tree_widths)):
             inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
             body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")

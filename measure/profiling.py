@@ -10,6 +10,7 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.files import check_output_file
 from contracts.progress import Progress
+from contracts.trees import MAX_NODES
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
 from model.pair import load_pair, resolve_placement
@@ -21,6 +22,7 @@ from .benchmarks import (
     BOOKKEEPING_NEW_TOKENS,
     Bench,
     copy_bandwidth_gbs,
+    decode_K,
     draft_costs,
     drafter_costs,
     host_costs,
@@ -52,6 +54,7 @@ class MeasureSettings:
     seed: int = 0  # seed of synthetic weights and the clustering
     early_exit_layers: int | None = None  # the early-exit drafter's L (its costs are measured when given)
     lookup_ngram: int = 2  # prompt lookup's max_matching_ngram_size (its search is always measured)
+    tree_widths: tuple[int, ...] = ()  # token trees: more target forward and draft body widths (up to MAX_NODES + 1)
 
 
 def check_settings(settings: MeasureSettings) -> None:
@@ -69,6 +72,10 @@ def check_settings(settings: MeasureSettings) -> None:
     for option, values in positive.items():
         if not values or min(values) < 1:
             raise UsageError(f"{option} must be at least 1, got {','.join(map(str, values)) or 'nothing'}")
+    if any(not 1 <= n <= MAX_NODES + 1 for n in settings.tree_widths):
+        raise UsageError(
+            f"--tree-widths must be token counts in 1..{MAX_NODES + 1}, got {','.join(map(str, settings.tree_widths))}"
+        )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
@@ -93,7 +100,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         raise UsageError("--graphs on needs a GPU placement (CUDA graphs)")
     contexts, prompt_lengths = list(settings.contexts), list(settings.prompt_lengths)
     longest = max(
-        max(contexts) + width(settings.K_max + 1),
+        max(contexts) + width(decode_K(settings.K_max, settings.tree_widths)),
         max(prompt_lengths),
         settings.agreement_max_len,
         cache_room(min(prompt_lengths), BOOKKEEPING_NEW_TOKENS, min(6, settings.K_max)),
@@ -120,7 +127,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     points = (
         len(regimes)
         * (
-            (settings.K_max + 2) * len(contexts)
+            len(set(range(1, settings.K_max + 3)) | set(settings.tree_widths)) * len(contexts)
             + 2 * len(prompt_lengths)
             + len(contexts)
             + 1
@@ -145,6 +152,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             settings.reps,
             settings.warmup,
             lambda what: (progress.note(what), progress.update()),
+            settings.tree_widths,
         )
         host = host_costs(bench)
         costs = {}
@@ -173,7 +181,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         K_max=settings.K_max,
         cache_slots=cache_slots,
         regimes=costs,
-        fixed_width=width(settings.K_max + 1) if target_device.type == "cuda" else None,
+        fixed_width=width(decode_K(settings.K_max, settings.tree_widths)) if target_device.type == "cuda" else None,
         host=host,
         clustering=clustering,
         agreement=agreement,

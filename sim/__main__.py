@@ -12,6 +12,7 @@ from contracts.cli import OneLineParser, run_command
 from contracts.files import check_output_file, check_output_folder, staged
 from contracts.progress import Progress
 from contracts.timeline import write_timeline
+from contracts.trees import parse_trees
 
 from .profile import editable_paths
 from .report import (
@@ -127,6 +128,7 @@ def parse_args(argv):
         "by '+', or all (every fixed arm, every policy and the oracle)",
     )
     add("--drafter", default=None, help="the arms' drafters joined by '+' (draft-model, prompt-lookup, early-exit)")
+    add("--tree", default=None, help="draft tree each round (contracts.trees: chain, 2x2x1, paths:..., dynamic:M,N,D)")
     add("--arms-K", default=None, help="the arms' K values joined by '+' besides --K (default 1+2+4+6+8)")
     add(
         "--what-if",
@@ -166,6 +168,7 @@ OPTION_KEYS = {
     "policy": "--policy",
     "drafter": "--drafter",
     "arms_K": "--arms-K",
+    "tree": "--tree",
 }
 
 
@@ -216,7 +219,8 @@ def plan(args) -> Plan:
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
-        for value in (v.strip() for v in values.split(",")):
+        listed = [t.label for t in parse_trees(values, f"sweep {key}")] if key == "tree" else values.split(",")
+        for value in (v.strip() for v in listed):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
             result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))

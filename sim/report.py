@@ -89,6 +89,8 @@ def _arm(row: dict) -> str:
 
 def results_table(rows: list[dict], label: str | None = None, wide: bool = False) -> str:
     columns = ([(label, lambda r: _fmt(r.get("label")))] if label else []) + _columns(wide)
+    if any(r.get("tree") for r in rows):  # token trees (sim/trees.py): the tree and its mean accepted length
+        columns[3:3] = [("tree", lambda r: r.get("tree") or "-"), ("acc/rd", lambda r: _fmt(r["mean_accepted"], 2))]
     if any(
         r.get("policy") not in (None, "fixed") or not r.get("arm", "draft-model").startswith("draft-model")
         for r in rows

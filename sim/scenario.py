@@ -15,12 +15,14 @@ from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
+from contracts.trees import parse_tree
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
 from .schedules import Config
 from .simulate import simulate
 from .trace import rounds_by_prompt
+from .trees import tree_setup
 
 DEFAULT_TRACE = DATA / "study_trace.jsonl"
 NAMED_KEYS = (
@@ -39,6 +41,7 @@ NAMED_KEYS = (
     "policy",
     "drafter",
     "arms_K",
+    "tree",
 )
 DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms below the scenario's K (the largest)
 
@@ -62,6 +65,7 @@ class Scenario:
     policies: tuple = ("fixed",)  # contracts.policies; `all` adds every fixed arm and the oracle
     drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
     arms_K: tuple = DEFAULT_ARMS_K
+    tree: str | None = None  # contracts.trees spec; None: chains, with the acceptance source given
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -128,6 +132,8 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
         if not 0 <= temperature <= LIMITS["temperature"]:
             raise UsageError(f"{label}: expected a number in 0..{LIMITS['temperature']} (0 is greedy), got {value!r}")
         return replace(s, temperature=temperature)
+    if key == "tree":
+        return replace(s, tree=parse_tree(value, label).label)
     if key == "policy":
         return replace(s, policies=_policies(label, value))
     if key == "drafter":
@@ -256,11 +262,15 @@ def resolve(s: Scenario) -> Resolved:
         sources = {head: _sampled(profile, s.temperature, head, probes, notes) for head in s.heads}
     else:
         sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
-    configs = [Config("baseline", s.heads[0], K, probes, placement)]
+    schedules, heads, tree = _schedules_for(s), s.heads, None
+    if s.tree is not None:  # token trees: acceptance from the profile's top-k rates (sim/trees.py)
+        tree, tree_source, schedules, heads, K = tree_setup(s, profile, profile.costs[regime], K, notes)
+        sources = {head: tree_source for head in heads}
+    configs = [Config("baseline", heads[0], K, probes, placement)]
     configs += [
-        replace(config, schedule=sched, head=head)
-        for sched in _schedules_for(s)
-        for head in s.heads
+        replace(config, schedule=sched, head=head, tree=tree)
+        for sched in schedules
+        for head in heads
         for config in _policy_configs(s, K, probes, placement)
     ]
     if isinstance(source, TraceReplay):

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 import simpy
 
 from contracts.policies import Arm, Policy, arms, make_policy
+from contracts.trees import TreeShape
 
 from .acceptance import Generation, leading_accepts
 from .costs import Costs
+from .trees import draft_points, verify_tokens
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Config:
     policy: str = "fixed"  # contracts.policies: what chooses each round's arm (drafter, K)
     drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
     Ks: tuple = ()  # the arms' K values besides K
+    tree: TreeShape | None = None  # contracts.trees: the tree each round drafts (None: a chain of K; K = its depth)
 
     def arms(self) -> tuple[Arm, ...]:
         """The policy's arms: (first drafter, K) first, then every other (drafter, K) pair."""
@@ -242,7 +245,7 @@ class SimulatedRun:
         stream = self.draft if drafter == "draft-model" else self.target
         name = "draft" if drafter == "draft-model" else "target"
         if self.events is not None:
-            self.events += [("draft_step", name, first_tokens)] + [("draft_step", name, 1)] * (steps - 1)
+            self.events += [("draft_step", name, n) for n, _ in self._draft_points(steps, context, first_tokens)]
         body_ms, head_ms, host_ms = self._cost(
             ("draft", drafter, steps, context, first_tokens),
             lambda: self._draft_cost(steps, context, first_tokens, drafter),
@@ -276,10 +279,10 @@ class SimulatedRun:
         if arm.drafter != "prompt-lookup":
             self.cached[arm.drafter] = context + min(accepted, arm.K - 1)
 
-    @staticmethod
-    def _draft_points(steps: int, context: int, first_tokens: int) -> list[tuple[int, int]]:
-        """Step j's (n_tokens, context): a profile without an n_tokens axis costs every step as one token."""
-        return [(first_tokens, context)] + [(1, context + first_tokens + j - 1) for j in range(1, steps)]
+    def _draft_points(self, steps: int, context: int, first_tokens: int) -> list[tuple[int, int]]:
+        """Step j's (n_tokens, context), a tree's frontier widths after its first step: a profile without
+        an n_tokens axis costs every step as one token."""
+        return draft_points(self.config.tree, steps, context, first_tokens)
 
     def _drafter_costs(self, drafter: str):
         """(body cost, head cost, head axes) of one step of a model drafter."""
@@ -383,7 +386,7 @@ def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
         accepted = leading_accepts(block(pos, K), K)
         skipped = accepted == 0
         if not skipped:
-            yield from m.target_forward("verify", K, context)
+            yield from m.target_forward("verify", verify_tokens(m.config.tree, K), context)
         if pipelined:  # f goes to the draft first, so its next steps need not wait for the append
             yield from m.copy_tokens("target", 3)
             yield from m.target_forward("append", 1, context + accepted)
@@ -424,7 +427,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
             yield from m.propose(context, arm)  # draft_step x K (prompt lookup: one lookup)
             if on_draft:
                 yield from m.copy_tokens("draft", K)
-        yield from m.target_forward("verify", K + 1, context - 1)  # over [f, d1..dK]
+        yield from m.target_forward("verify", verify_tokens(m.config.tree, K) + 1, context - 1)  # over [f, d1..dK]
         matches = block(pos, K, arm.drafter)
         accepted = leading_accepts(matches, K)
         used = None

@@ -114,6 +114,8 @@ def simulate(
         "tpot_ms": decode_ms / tokens if tokens else 0.0,
         "acceptance": sum(r["accepted"] for r in rounds) / proposed if proposed else None,
         "mean_emitted": tokens / len(rounds) if rounds else None,
+        "mean_accepted": sum(r["accepted"] for r in rounds) / len(rounds) if rounds else None,
+        "tree": config.tree.label if config.tree is not None and config.schedule != "baseline" else None,
         "rounds": len(rounds),
         "verify_calls": m.calls["verify"],
         "append_calls": m.calls["append"],  # the baseline's forwards are appends, as the decoder counts them

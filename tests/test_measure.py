@@ -33,6 +33,8 @@ TINY = [
     "1,2,8,32",
     "--early-exit-layers",
     "1",
+    "--tree-widths",
+    "3,7",
 ]
 
 
@@ -60,7 +62,9 @@ def test_profile_meets_the_contract_sim_reads(measured):
     assert profile.placement == "cpu" and set(profile.costs) == {"eager"}
     assert raw["setup"]["target"]["weights"] == "synthetic" and "SYNTHETIC" in raw["notes"][0]
     forward = raw["regimes"]["eager"]["target"]["forward_ms"]["points"]
-    assert sorted({p["n_tokens"] for p in forward}) == [1, 2, 3, 4, 5]
+    assert sorted({p["n_tokens"] for p in forward}) == [1, 2, 3, 4, 5, 7]  # K_max + 2 = 5, and the tree widths
+    body = raw["regimes"]["eager"]["draft"]["body_ms"]["points"]
+    assert sorted({p["n_tokens"] for p in body}) == [1, 2, 3, 7]
     assert [p["probes"] for p in raw["regimes"]["eager"]["draft"]["head_flashhead_ms"]["points"]] == [1, 2, 8, 32]
     agreement = raw["flashhead"]["agreement"]
     assert agreement["probes"] == [1, 2, 8, 32] and agreement["synthetic"] is True
@@ -108,10 +112,26 @@ def test_the_drafters_costs_are_measured_and_the_simulator_plays_them(measured, 
     assert "fixed early-exit:K3" in out and "oracle draft-model+prompt-lookup+early-exit" in out
 
 
+def test_a_tree_runs_on_the_measured_verify_widths_and_is_refused_beyond_them(measured, tmp_path, capsys):
+    from sim.__main__ import main as sim_main
+    from tests.test_sim_trees import tree_profile
+
+    raw = json.loads(measured.read_text())
+    raw["trees"] = tree_profile()["trees"]
+    path = tmp_path / "with_trees.json"
+    path.write_text(json.dumps(raw))
+    argv = ["--profile", str(path), "--no-ceiling", "--schedule", "deferred", "--head", "dense", "--acceptance", "0.5"]
+    assert sim_main([*argv, "--tree", "2x2"]) == 0  # 6 nodes + 1: measured at 7
+    assert "2x2" in capsys.readouterr().out
+    assert sim_main([*argv, "--tree", "3x2"]) == 2  # 9 nodes + 1 = 10 > 7
+    assert "its verify covers 10 tokens, the profile's target.forward_ms is measured up to 7" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [
         (["--K-max", "0"], "--K-max must be at least 1"),
+        (["--tree-widths", "3,66"], "--tree-widths must be token counts in 1..65"),
         (["--probes", "1,999"], "exceed the 32 clusters"),
         (["--placement", "two-gpu"], "no GPU"),
         (["--target", "no-such-model"], "not found"),

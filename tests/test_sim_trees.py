@@ -1,0 +1,259 @@
+"""Token-tree rounds in the simulator (sim/trees.py): acceptance from per-depth top-k rates, the
+tree's draft and verify widths, and the profile's `trees` section."""
+
+import copy
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from contracts import UsageError
+from contracts.profile import check_profile
+from contracts.trees import parse_tree
+from sim.__main__ import main
+from sim.acceptance import Generation, leading_accepts
+from sim.costs import Costs
+from sim.schedules import Config
+from sim.simulate import simulate
+from sim.trees import TreeAcceptance, cumulative, dynamic_as_static
+from tests.sim_fixtures import timing, tiny_profile
+
+# P(target token in the draft's top-k at depth d | accepted so far), k = 1..8, depths 1..6
+RATES = [[min(1.0, 0.55 - 0.03 * d + 0.06 * k) for k in range(8)] for d in range(6)]
+
+
+def tree_profile(rates=RATES, widths=(1, 2, 3, 4, 8, 16, 33, 65)) -> dict:
+    profile = tiny_profile()
+    target = profile["regimes"]["eager"]["target"]
+    target["forward_ms"] = {"points": [dict(timing(10.0 + 0.05 * n), n_tokens=n, context=8) for n in widths]}
+    profile["regimes"]["eager"]["draft"]["body_ms"] = {
+        "points": [dict(timing(2.0 + 0.01 * n), n_tokens=n, context=8) for n in widths]
+    }
+    profile["trees"] = {
+        "weights": "synthetic",
+        "source": "test rates",
+        "top_k": len(rates[0]),
+        "depths": len(rates),
+        "rates": {"all": {"rate": rates, "n": [[100] * len(rates[0])] * len(rates)}},
+    }
+    return profile
+
+
+@pytest.fixture
+def profile_path(tmp_path):
+    path = tmp_path / "trees.json"
+    path.write_text(json.dumps(tree_profile()))
+    return path
+
+
+def sim_rows(capsys, argv) -> list[dict]:
+    """The rows `python -m sim ARGV` writes into its --out folder."""
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return json.loads((Path(argv[argv.index("--out") + 1]) / "results.json").read_text())["rows"]
+
+
+def test_a_one_by_one_by_one_tree_predicts_what_a_chain_of_three_predicts_with_the_same_rates(
+    profile_path, tmp_path, capsys
+):
+    common = ["--profile", str(profile_path), "--no-ceiling", "--head", "dense", "--prompts", "6"]
+    common += ["--schedule", "ordinary+deferred+pipelined+pipelined-deferred"]
+    top1 = ",".join(str(row[0]) for row in RATES[:4])  # the 4th: the look-ahead's guess after a full block
+    common += ["--acceptance", top1]  # the tree's acceptance comes from the rates: the source sets the prompts
+    tree = sim_rows(capsys, [*common, "--tree", "1x1x1", "--out", str(tmp_path / "tree")])
+    chain = sim_rows(capsys, [*common, "--K", "3", "--out", str(tmp_path / "chain")])
+    assert [r["schedule"] for r in tree] == [r["schedule"] for r in chain]
+    for a, b in zip(tree, chain):
+        for key in (
+            "decode_tok_s",
+            "decode_ms",
+            "acceptance",
+            "mean_accepted",
+            "rounds",
+            "verify_calls",
+            "draft_steps",
+        ):
+            assert a[key] == b[key], (a["schedule"], key)
+
+
+def test_the_chain_tree_is_the_chain_of_K(profile_path, tmp_path, capsys):
+    common = ["--profile", str(profile_path), "--no-ceiling", "--head", "dense", "--schedule", "deferred"]
+    chain = sim_rows(capsys, [*common, "--tree", "chain", "--K", "4", "--out", str(tmp_path / "a")])
+    ones = sim_rows(capsys, [*common, "--tree", "1x1x1x1", "--out", str(tmp_path / "b")])
+    assert chain[1]["decode_tok_s"] == ones[1]["decode_tok_s"] and chain[1]["K"] == ones[1]["K"] == 4
+
+
+def contained(small, large) -> bool:
+    """Every root-to-node path of `small` is one of `large`."""
+
+    def paths(shape):
+        out = set()
+        for node in range(len(shape.parents)):
+            path, at = [], node
+            while at != -1:
+                path.append(shape.ranks[at])
+                at = shape.parents[at]
+            out.add(tuple(reversed(path)))
+        return out
+
+    return paths(small) <= paths(large)
+
+
+def accepted_per_round(shape, cdf, K, rounds=400, seed=3):
+    block = TreeAcceptance(shape, cdf, "test").stream(Generation("g", 8, 100), seed)
+    return [leading_accepts(block(0, K), K) for _ in range(rounds)]
+
+
+SPECS = ["1", "2", "1x1", "2x1", "2x2", "1x1x1", "2x1x1", "2x2x1", "3x2x1", "paths:0;1;0.0;1.0", "paths:0;0.1;0.0"]
+
+
+def test_a_tree_that_contains_another_never_accepts_less_with_the_same_draws():
+    rng = random.Random(0)
+    tables = [cumulative(RATES)] + [
+        cumulative([sorted(rng.random() for _ in range(8)) for _ in range(6)]) for _ in range(3)
+    ]
+    checked = 0
+    for a, b in itertools.permutations(SPECS, 2):
+        small, large = parse_tree(a), parse_tree(b)
+        if not contained(small, large):
+            continue
+        for cdf in tables:
+            short, wide = accepted_per_round(small, cdf, 3), accepted_per_round(large, cdf, 3)
+            assert all(x <= y for x, y in zip(short, wide)), (a, b)
+            checked += 1
+    assert checked > 20
+
+
+def test_negative_control_a_tree_that_does_not_contain_the_other_may_accept_less():
+    """The containment test can fail: `paths:1` does not contain `1`, and accepts less on some rounds."""
+    cdf = cumulative(RATES)
+    first, second = accepted_per_round(parse_tree("1"), cdf, 3), accepted_per_round(parse_tree("paths:1"), cdf, 3)
+    assert not contained(parse_tree("1"), parse_tree("paths:1"))
+    assert any(x > y for x, y in zip(first, second))
+
+
+def test_containment_holds_in_the_simulator_mean_accepted_length(profile_path, tmp_path, capsys):
+    argv = ["--profile", str(profile_path), "--no-ceiling", "--head", "dense", "--schedule", "deferred"]
+    argv += ["--prompts", "8", "--max-new-tokens", "200", "--sweep", "tree=1x1x1+2x1x1+2x2x1+3x3x2"]
+    rows = [r for r in sim_rows(capsys, [*argv, "--out", str(tmp_path / "s")]) if r["schedule"] == "deferred"]
+    lengths = [r["mean_accepted"] for r in rows]
+    assert [r["tree"] for r in rows] == ["1x1x1", "2x1x1", "2x2x1", "3x3x2"]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+
+
+def expected_accepted(shape, cdf) -> float:
+    """Exact mean accepted depth: every node is on the accepted path with the product of its path's
+    rank probabilities (ranks independent across depths)."""
+    total = 0.0
+    for node in range(len(shape.parents)):
+        probability, at, depth = 1.0, node, []
+        while at != -1:
+            depth.append(at)
+            at = shape.parents[at]
+        for level, index in enumerate(reversed(depth)):
+            rank, row = shape.ranks[index], cdf[level]
+            probability *= row[rank] - (row[rank - 1] if rank else 0.0)
+        total += probability
+    return total
+
+
+@pytest.mark.parametrize("spec", ["2x2x1", "paths:0;2;0.1;2.0;2.0.0"])
+def test_the_drawn_accepted_length_has_the_exact_mean_and_a_wrong_tree_is_rejected(spec):
+    cdf = cumulative(RATES)
+    shape = parse_tree(spec)
+    drawn = accepted_per_round(shape, cdf, shape.depth, rounds=20_000, seed=1)
+    mean = sum(drawn) / len(drawn)
+    spread = (sum((x - mean) ** 2 for x in drawn) / len(drawn)) ** 0.5 / len(drawn) ** 0.5
+    assert abs(mean - expected_accepted(shape, cdf)) < 4 * spread
+    wrong = parse_tree("2x1x1")  # the negative control: another tree's mean is far off
+    assert abs(mean - expected_accepted(wrong, cdf)) > 4 * spread
+
+
+def test_a_tree_round_drafts_its_frontiers_and_verifies_every_node():
+    costs = Costs(tree_profile()["regimes"]["eager"], "test")
+    shape = parse_tree("3x2x1")
+    source = TreeAcceptance(shape, cumulative(RATES), "test")
+    for schedule, extra in (("ordinary", 0), ("deferred", 1)):
+        config = Config(schedule, "dense", shape.depth, 4, "one-gpu", tree=shape)
+        result = simulate(costs, config, source, [Generation("g", 8, 40)], ceiling=False, events=True)
+        draft_tokens = [tokens for name, _, tokens in result["events"] if name == "draft_step"]
+        assert draft_tokens[:3] == [2, 3, 6]  # [prev, f], then the 3 depth-1 nodes, then the 6 depth-2 nodes
+        verifies = {tokens for name, _, tokens in result["events"] if name == "verify"}
+        assert verifies == {shape.node_count + extra}
+
+
+def test_dynamic_trees_are_approximated_by_their_best_nodes():
+    cdf = cumulative(RATES)
+    approximated = dynamic_as_static(parse_tree("dynamic:3,10,4"), cdf)
+    assert approximated.node_count == 10 and approximated.depth <= 4 and max(approximated.ranks) < 3
+    assert approximated.ranks[0] == 0  # the draft's best token is always a node
+
+
+def test_tok_s_and_mean_accepted_length_are_printed(profile_path, capsys):
+    argv = ["--profile", str(profile_path), "--no-ceiling", "--tree", "dynamic:4,16,5"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "dynamic:4,16,5" in out and "acc/rd" in out and "pipelined-deferred left out" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tree", "2x0"], "--tree: tree '2x0': every number must be a positive integer"),
+        (["--tree", "2x2", "--schedule", "pipelined"], "runs on schedules ordinary, deferred only"),
+        (["--tree", "2x2", "--head", "flashhead"], "runs on heads dense only"),
+        (["--tree", "1x1x1x1x1x1x1"], "the profile's tree rates cover depths 1..6"),
+        (["--tree", "9"], "top-1..8"),
+        (["--what-if", "tree=2x2", "--policy", "ucb1", "--schedule", "deferred"], "fixed draft model"),
+        (["--sweep", "tree=chain+bad"], "sweep tree: tree 'bad': unknown tree kind"),
+    ],
+)
+def test_bad_tree_input_is_one_line_and_exit_2(profile_path, capsys, argv, message):
+    assert main(["--profile", str(profile_path), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_a_profile_without_rates_or_a_wide_enough_verify_refuses_a_tree(tmp_path, capsys):
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(tiny_profile()))
+    assert main(["--profile", str(bare), "--tree", "2x1"]) == 2
+    assert "no per-depth top-k rates" in capsys.readouterr().err
+    narrow = tmp_path / "narrow.json"
+    narrow.write_text(json.dumps(tree_profile(widths=(1, 2, 3, 4))))
+    assert main(["--profile", str(narrow), "--tree", "2x1"]) == 2
+    assert "its verify covers 4 tokens" not in capsys.readouterr().err  # 3 nodes + 1 = 4 is measured
+    assert main(["--profile", str(narrow), "--tree", "2x2"]) == 2
+    assert "its verify covers 7 tokens, the profile's target.forward_ms is measured up to 4" in capsys.readouterr().err
+
+
+def _broken(change) -> dict:
+    profile = copy.deepcopy(tree_profile())
+    change(profile["trees"])
+    return profile
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.update(weights="guessed"), "trees.weights must be one of"),
+        (lambda t: t.update(depths=0), "integers 'depths' and 'top_k'"),
+        (lambda t: t["rates"].pop("all"), "with the pooled one, 'all'"),
+        (lambda t: t["rates"]["all"]["rate"].pop(), "must be 6 lists (depths) of 8 values"),
+        (lambda t: t["rates"]["all"]["rate"][0].__setitem__(2, 1.5), "values must be numbers in [0, 1] or null"),
+        (lambda t: t["rates"]["all"]["n"][0].__setitem__(2, -1), "n values must be non-negative integers"),
+        (lambda t: t["rates"]["all"]["rate"][0].__setitem__(2, None), "null exactly where n is 0"),
+        (lambda t: t["rates"].update(qa=[1, 2]), "trees.rates.qa must be an object"),
+    ],
+)
+def test_the_profile_checker_rejects_a_malformed_trees_section(change, message):
+    check_profile(tree_profile(), "good")
+    with pytest.raises(UsageError) as error:
+        check_profile(_broken(change), "bad")
+    assert message in str(error.value)
+
+
+def test_old_profiles_without_trees_stay_valid():
+    check_profile(tiny_profile(), "old")
