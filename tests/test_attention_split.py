@@ -63,7 +63,7 @@ def test_a_rows_value_does_not_depend_on_the_other_rows():
         fused_ops.attention(q, k_cache, v_cache, torch.tensor([1, 2, 3], device=DEVICE), 0.3, 100)
 
 
-@pytest.mark.parametrize("schedule", ["ordinary", "pipelined-deferred"])
+@pytest.mark.parametrize("schedule", ["pipelined-deferred"] + (["ordinary"] if DEVICE.type == "cuda" else []))
 def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
     room = 112
     target = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=room, kernels="fused").model
