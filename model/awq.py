@@ -6,6 +6,9 @@ Layout, exactly as AutoAWQ GEMM checkpoints store it (W has shape [in, out], y =
   scales  fp16  [in/group, out]    W = (q - z) * s, one (z, s) per group of `group` input rows
 Within an int32, nibble i (bits 4i..4i+3) holds column AWQ_PACK_ORDER[i] of its block of 8 columns.
 
+From model/awq_prefill.PREFILL_ROWS rows up (prefill), a layer that load_model prepared dequantizes into
+a buffer its model shares and calls torch.matmul instead (model/awq_prefill.py says why).
+
 Forward kernels, tried in this order by `select_kernel` (the first that runs here and agrees with
 the dequantized reference on a probe input wins; `kernel` names it):
   triton         our Triton w4a16 GEMM (model/awq_triton.py) after a one-time repack into planes, on
@@ -28,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import awq_triton, triton_support
+from model import awq_prefill, awq_triton, triton_support
 
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 _NIBBLE_OF_COLUMN = tuple(AWQ_PACK_ORDER.index(column) for column in range(8))
@@ -86,11 +89,16 @@ class AWQLinear(nn.Module):
         self.register_buffer("scales", torch.zeros(groups, out_features, dtype=torch.float16))
         self.kernel: str | None = None
         self._run: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # many-row inputs (prefill): dequantize into a buffer shared by the model's layers, then cuBLAS
+        self.prefill_rows: int | None = None  # set with the buffer by model/awq_prefill.attach
+        self.prefill_buffer: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, group={self.group_size}, kernel={self.kernel}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features:
+            return awq_prefill.dense_matmul(self, x)
         if self._run is None:
             self.select_kernel(dtype=x.dtype)
         return self._run(x)

@@ -27,6 +27,15 @@ ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
 # (Qwen3-32B, 8 tokens at 300 positions, H200: 8.6 us against 12.8 at 64 rows; the same bits,
 # record in git history at 10011a5, reports/h200/session5/attention_bench.txt).
 ATTENTION_BLOCK_M = 16
+# Split-KV ("flash-decoding"): cache slots per program, so a long cache is read by many programs at once
+# rather than by one per KV head (8 programs for Qwen3-0.6B: its attention over 4,000 slots read at about
+# 0.3 TB/s on H200). Splits start at fixed slots (0, SPLIT_SLOTS, ...), so a row's sum runs in the same
+# order whatever the other rows' positions; None: one program per KV head and row block walks every slot.
+SPLIT_SLOTS = 128
+# Forwards of more new tokens (prefill) take the one-pass kernel: they have row blocks enough, and the
+# partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
+# (model/decoder.py, width()), so they all take the same path.
+SPLIT_MAX_TOKENS = 16
 
 
 def rms_norm(
@@ -95,30 +104,63 @@ def qk_norm_rope_cache(
 
 
 def attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
+    scale: float,
+    split_slots: int | None = SPLIT_SLOTS,
 ) -> torch.Tensor:
     """q [n, H, hd] at positions pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
-    attends to slots <= pos[i]. Slots above the largest position are never read."""
+    attends to slots <= pos[i]. Slots above the largest position are never read. With `split_slots`
+    (and at most SPLIT_MAX_TOKENS tokens), programs over slots [s * split_slots, (s + 1) * split_slots) write partial sums that a second kernel
+    combines per row, over the splits up to that row's position, in split order."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
     rows = group * n  # the query rows of one KV head, stacked
     out = torch.empty((n, n_heads * head_dim), dtype=q.dtype, device=q.device)
+    row_blocks = triton.cdiv(rows, ATTENTION_BLOCK_M)
+    shape = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_M": ATTENTION_BLOCK_M, "BLOCK_N": ATTENTION_BLOCK_N}
+    if split_slots is None or n > SPLIT_MAX_TOKENS:
+        with _on(q.device):
+            _attention_kernel[(n_kv, row_blocks)](
+                q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4
+            )
+        return out
+    if split_slots % ATTENTION_BLOCK_N:
+        raise ValueError(f"split_slots {split_slots} is not a multiple of {ATTENTION_BLOCK_N}")
+    splits = triton.cdiv(slots, split_slots)
+    partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
+    partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
     with _on(q.device):
-        _attention_kernel[(n_kv, triton.cdiv(rows, ATTENTION_BLOCK_M))](
+        _attention_split_kernel[(n_kv, row_blocks, splits)](
             q,
             k_cache,
             v_cache,
             pos,
-            out,
+            partial_sums,
+            partial_stats,
             n,
             slots,
             scale,
             n_heads,
+            SPLIT=split_slots,
+            **shape,
+            num_warps=4,
+        )
+        _attention_combine_kernel[(n_kv, row_blocks)](
+            partial_sums,
+            partial_stats,
+            pos,
+            out,
+            n,
+            n_heads,
+            splits,
+            SPLIT=split_slots,
             GROUP=group,
             HEAD_DIM=head_dim,
             BLOCK_M=ATTENTION_BLOCK_M,
-            BLOCK_N=ATTENTION_BLOCK_N,
             num_warps=4,
         )
     return out
@@ -263,6 +305,111 @@ if triton is not None:
             running_max = new_max
         out = acc / tl.where(valid, total, 1.0)[:, None]
         tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+
+    @triton.jit
+    def _attention_split_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        sums_ptr,
+        stats_ptr,
+        n,
+        S,
+        scale,
+        H,
+        SPLIT: tl.constexpr,
+        GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
+        below the block's largest position, left unnormalized with its running max and total. A split
+        past that position writes nothing (the combine never reads it)."""
+        kv = tl.program_id(0)
+        m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+        split = tl.program_id(2)
+        splits = tl.num_programs(2)
+        valid = m < GROUP * n
+        tok = tl.where(valid, m % n, 0).to(tl.int64)
+        head = kv * GROUP + tl.where(valid, m // n, 0)
+        d = tl.arange(0, HEAD_DIM)
+        p = tl.load(pos_ptr + tok, mask=valid, other=-1)
+        end = tl.max(p, axis=0) + 1
+        first = split * SPLIT
+        if first < end:
+            q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
+            running_max = tl.full([BLOCK_M], -1e30, tl.float32)
+            total = tl.zeros([BLOCK_M], tl.float32)
+            acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+            base = kv.to(tl.int64) * S * HEAD_DIM
+            for start in range(first, tl.minimum(first + SPLIT, end), BLOCK_N):
+                slot = start + tl.arange(0, BLOCK_N)
+                inside = (slot < end)[:, None]
+                offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
+                k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
+                scores = tl.dot(q, tl.trans(k)) * scale
+                scores = tl.where(slot[None, :] <= p[:, None], scores, float("-inf"))
+                new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+                weights = tl.exp(scores - new_max[:, None])
+                rescale = tl.exp(running_max - new_max)
+                total = total * rescale + tl.sum(weights, axis=1)
+                v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
+                acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+                running_max = new_max
+            row = (kv.to(tl.int64) * GROUP * n + m) * splits + split
+            tl.store(sums_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
+            tl.store(stats_ptr + row * 2, running_max, mask=valid)
+            tl.store(stats_ptr + row * 2 + 1, total, mask=valid)
+
+    @triton.jit
+    def _attention_combine_kernel(
+        sums_ptr,
+        stats_ptr,
+        pos_ptr,
+        o_ptr,
+        n,
+        H,
+        splits,
+        SPLIT: tl.constexpr,
+        GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+    ):
+        """Program (kv head, row block): each row's splits 0 .. pos // SPLIT merged in order, rescaled to
+        their common max; the splits past a row's own are skipped exactly (weight 0, rescale 1)."""
+        kv = tl.program_id(0)
+        m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+        valid = m < GROUP * n
+        tok = tl.where(valid, m % n, 0).to(tl.int64)
+        head = kv * GROUP + tl.where(valid, m // n, 0)
+        d = tl.arange(0, HEAD_DIM)
+        p = tl.load(pos_ptr + tok, mask=valid, other=-1)
+        last = p // SPLIT  # each row's last split (-1 for padding rows: none)
+        running_max = tl.full([BLOCK_M], -1e30, tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        rows = (kv.to(tl.int64) * GROUP * n + m) * splits
+        for split in range(0, tl.max(last, axis=0) + 1):
+            take = valid & (split <= last)
+            split_max = tl.load(stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"))
+            split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0)
+            split_sums = tl.load(
+                sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], mask=take[:, None], other=0.0
+            )
+            new_max = tl.maximum(running_max, split_max)
+            rescale = tl.exp(running_max - new_max)
+            weight = tl.exp(split_max - new_max)
+            total = total * rescale + weight * split_total
+            acc = acc * rescale[:, None] + weight[:, None] * split_sums
+            running_max = new_max
+        out = acc / tl.where(valid, total, 1.0)[:, None]
+        tl.store(
+            o_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :],
+            out.to(o_ptr.dtype.element_ty),
+            mask=valid[:, None],
+        )
 
     @triton.jit
     def _silu_mul_kernel(gu_ptr, out_ptr, I, BLOCK: tl.constexpr):

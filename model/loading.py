@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from contracts import UsageError
-from model import triton_support
+from model import awq_prefill, triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
 from model.early_exit import early_exit, split_spec
@@ -94,6 +94,7 @@ def load_model(
         model.setup_cache(max_seq_len)
         paths = _use_kernels(model, kernels)
         kernel = _select_awq_kernels(model, dtype)
+        awq_prefill.attach(model, dtype)
     except torch.cuda.OutOfMemoryError as error:
         raise UsageError(
             f"out of memory: {spec} in {_dtype_name(dtype)} with a {max_seq_len}-token cache does not fit on {device}"
@@ -168,7 +169,8 @@ def _empty_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
         model = Transformer(config, dtype)
     repacked = sum(m.qweight.numel() * m.qweight.element_size() for m in model.modules() if isinstance(m, AWQLinear))
     advice = "it needs a GPU" if device.type == "cpu" else "try another placement or a smaller model"
-    check_fits(f"{name} in {_dtype_name(dtype)}", tensor_bytes(model) + repacked, device, advice)
+    prefill = awq_prefill.buffer_bytes(config, dtype)
+    check_fits(f"{name} in {_dtype_name(dtype)}", tensor_bytes(model) + repacked + prefill, device, advice)
     return model.to_empty(device=device)
 
 

@@ -240,6 +240,7 @@ class Transformer(nn.Module):
         )
         self.max_seq_len = 0
         self.kernels = "torch"  # or "fused": see use_fused_kernels
+        self.attention_split_slots = fused_ops.SPLIT_SLOTS  # fused attention's split-KV (None: off)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -360,7 +361,9 @@ class Transformer(nn.Module):
                 h,
                 layer.post_attention_layernorm.weight,
                 eps,
-                attn.o_proj(fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale)),
+                attn.o_proj(
+                    fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale, self.attention_split_slots)
+                ),
             )
             delta = mlp.down_proj(fused_ops.silu_mul(mlp.gate_up_proj(x)))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]

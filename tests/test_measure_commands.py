@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, head_speed, speed, speed_file, verify_speed
+from measure import awq_sweep, head_speed, routes, speed, speed_file, verify_speed
 from measure.timing import check_out, environment_header, floor_ms, require_cuda
 from model import flashhead_triton
 from model.flashhead import build_clustering
@@ -29,6 +29,7 @@ COMMANDS = [
     (awq_sweep, "python -m measure.awq_sweep", ["w4a16", "int4pack", "--budget-s", "floor"]),
     (speed_file, "python -m measure.speed_file", ["draft_step_ms", "floor", "prefill_tflops", "Hugging Face"]),
     (verify_speed, "python -m measure.verify_speed", ["sampling verify", "greedy settle", "floor", "launch"]),
+    (routes, "python -m measure.routes", ["awq-gemm", "awq-prefill", "draft-attention", "--routes"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 

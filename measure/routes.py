@@ -1,0 +1,238 @@
+"""python -m measure.routes: each speed route of the decoder on and off, in one GPU call (about 2 minutes).
+
+Why: a kernel change is worth keeping when it is measured against the route it replaces on the same GPU
+in the same run. Each route here is a setting of the decoder, so "before" and "after" are the same code:
+
+    python -m measure.routes --out reports/speed/h200_routes.json
+    python -m measure.routes --out routes.json --routes awq-gemm,draft-attention --reps 10
+
+Weights are SYNTHETIC (the presets' exact shapes, seeded random values): timings are real. Every time is
+CUDA events, median [p10, p90] of --reps repetitions after 3 warm-ups (measure/timing.py). Routes (--routes,
+default all, in this order):
+- `awq-gemm`: one AWQ linear of each of Qwen3-32B's shapes (merged q/k/v, o, merged gate/up, down) over
+  16 to 2,048 rows, through our Triton w4a16 GEMM and through dequantization into a buffer and
+  torch.matmul (model/awq_prefill.py): the rows from which the second wins is where PREFILL_ROWS belongs.
+- `awq-prefill`: the AWQ Qwen3-32B's forward over a PREFILL_TOKENS-token prompt as the decoder prefills
+  it, with the dequantized route at PREFILL_ROWS (on) and without it (off: the Triton GEMM), in TFLOPS
+  and as a share of a PEAK_GEMM_SIZE^3 bf16 GEMM timed in the same run.
+- `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
+  300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
+  the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run),
+  and the kernels one step launches (torch's profiler over one eager step).
+Needs a CUDA GPU with room for the AWQ Qwen3-32B with its repacked planes (about 40 GB) and triton.
+Writes --out (JSON): `env`, `routes` and `rows`, each with route, setting, shape or context, the timing, and
+`tflops` or `floor_ms` where they apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from contracts.cli import OneLineParser
+from model import awq_prefill, fused_ops
+from model.awq import AWQLinear
+from model.cli import run_torch_command
+from model.graphs import GraphedCall
+from model.heads import DenseHead
+from model.loading import load_model
+from model.presets import PRESETS
+
+from .benchmarks import copy_bandwidth_gbs
+from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_SEED, draft_step
+from .speed_file import (
+    CONTEXT,
+    LONG_CONTEXT,
+    PEAK_GEMM_SIZE,
+    PREFILL_TOKENS,
+    kv_cache_bytes,
+    load_draft_long,
+    peak_measurement,
+    prefill_flops,
+)
+from .timing import (
+    at_least_one,
+    check_out,
+    environment_header,
+    floor_ms,
+    gpu_environment,
+    release_gpu_memory,
+    require_cuda,
+    time_op,
+    write_result,
+)
+
+COMMAND = "python -m measure.routes"
+ROUTES = ("awq-gemm", "awq-prefill", "draft-attention")
+GEMM_ROWS = (16, 64, 128, 256, 2048)
+SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
+
+
+def parse_routes(text: str) -> tuple[str, ...]:
+    """--routes: names from ROUTES joined by commas ("all": every one), in ROUTES' order."""
+    if text == "all":
+        return ROUTES
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in ROUTES]
+    if unknown or not names:
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"unknown route {named} (choices: {', '.join(ROUTES)} or all)")
+    return tuple(route for route in ROUTES if route in names)
+
+
+def awq_shapes(config) -> dict[str, tuple[int, int]]:
+    """(in, out) of each AWQ linear the fused kernels run, merged where they merge."""
+    hidden, attention = config.hidden_size, config.n_heads * config.head_dim
+    return {
+        "qkv": (hidden, attention + 2 * config.n_kv_heads * config.head_dim),
+        "o": (attention, hidden),
+        "gate_up": (hidden, 2 * config.intermediate_size),
+        "down": (config.intermediate_size, hidden),
+    }
+
+
+def awq_gemm_rows(device: torch.device, reps: int) -> list[dict]:
+    """Both routes of one AWQ linear per Qwen3-32B shape and row count."""
+    config = PRESETS[TARGET_AWQ]
+    generator = torch.Generator(device=device).manual_seed(TARGET_SEED)
+    rows = []
+    for name, (in_features, out_features) in awq_shapes(config).items():
+        layer = AWQLinear(in_features, out_features, config.awq_group_size).to(device)
+        layer.randomize_(generator)
+        layer.select_kernel("triton", dtype=torch.bfloat16)
+        holder = torch.nn.Sequential(layer)
+        awq_prefill.attach(holder, torch.bfloat16)
+        for m in GEMM_ROWS:
+            x = torch.randn(m, in_features, device=device, dtype=torch.bfloat16)
+            flops = 2 * m * in_features * out_features
+            for setting, threshold in (("triton", None), ("dequant+cublas", 1)):
+                awq_prefill.set_rows(holder, threshold)
+                timing = time_op(layer, [(x,)], device, reps=reps)
+                tflops = flops / (timing["median_ms"] * 1e-3) / 1e12
+                rows.append(
+                    {"route": "awq-gemm", "setting": setting, "shape": name, "rows": m, **timing, "tflops": tflops}
+                )
+    release_gpu_memory()
+    return rows
+
+
+def awq_prefill_rows(device: torch.device, reps: int) -> list[dict]:
+    """The AWQ 32B prefill with the dequantized route on and off, and the GEMM peak it is compared with."""
+    rows = prefill_timings(device, reps)
+    release_gpu_memory()  # the 32B model, before the GEMM's operands
+    peak = peak_measurement(device, reps)
+    for row in rows:
+        row["share_of_peak"] = row["tflops"] / peak["peak_tflops"]
+    gemm = {"route": "awq-prefill", "setting": f"bf16 GEMM {PEAK_GEMM_SIZE}^3", **peak["peak_gemm"]}
+    return [*rows, {**gemm, "tflops": peak["peak_tflops"]}]
+
+
+def prefill_timings(device: torch.device, reps: int) -> list[dict]:
+    """The AWQ 32B forward over a PREFILL_TOKENS-token prompt and its last token's argmax, route off and on."""
+    model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, PREFILL_TOKENS + 64).model
+    head = DenseHead(model.head_weight)
+    vocab = model.config.vocab_size
+    prompts = [
+        (torch.randint(0, vocab, (1, PREFILL_TOKENS), device=device), torch.arange(PREFILL_TOKENS, device=device))
+        for _ in range(2)
+    ]
+    flops = prefill_flops(model.config, PREFILL_TOKENS)
+    rows = []
+    for setting, threshold in (("off", None), ("on", awq_prefill.PREFILL_ROWS)):
+        awq_prefill.set_rows(model, threshold)
+        timing = time_op(
+            lambda t, p: head.argmax(model.forward_hidden(t, p)[0, -1:]), prompts, device, reps=max(3, reps // 4)
+        )
+        tflops = flops / (timing["median_ms"] * 1e-3) / 1e12
+        rows.append({"route": "awq-prefill", "setting": setting, "tokens": PREFILL_TOKENS, **timing, "tflops": tflops})
+    return rows
+
+
+def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The draft step (dense head, graphed) at both contexts with each split-KV setting."""
+    model = load_draft_long(device)
+    head = DenseHead(model.head_weight)
+    rows = []
+    for context in (CONTEXT, LONG_CONTEXT):
+        steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
+        weights = model.body_parameters_bytes() + head.bytes_per_call()
+        floor = floor_ms(
+            weights + kv_cache_bytes(model.config, context, model.head_weight.element_size()), bandwidth_gbs
+        )
+        for split_slots in SPLIT_CHOICES:
+            model.attention_split_slots = split_slots
+            timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
+            setting = "off" if split_slots is None else f"split {split_slots}"
+            rows.append(
+                {"route": "draft-attention", "setting": setting, "context": context, **timing, "floor_ms": floor}
+            )
+    model.attention_split_slots = fused_ops.SPLIT_SLOTS
+    return rows
+
+
+def device_operations(fn, inputs: tuple) -> int:
+    """Kernels (and device copies and memsets) one eager call of `fn` runs, as torch's profiler sees them."""
+    fn(*inputs)  # compiled and warm
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        fn(*inputs)
+        torch.cuda.synchronize()
+    return sum(1 for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def format_row(row: dict) -> str:
+    where = next(f"{key} {row[key]}" for key in ("shape", "context", "tokens", "setting") if key in row)
+    if "rows" in row:
+        where += f" x {row['rows']} rows"
+    extra = f", {row['tflops']:.0f} TFLOPS" if "tflops" in row else ""
+    if "share_of_peak" in row:
+        extra += f" ({row['share_of_peak']:.0%} of peak)"
+    if "floor_ms" in row:
+        extra += f", floor {row['floor_ms']:.3f} ms ({row['floor_ms'] / row['median_ms']:.0%} of bandwidth)"
+    if "kernels_per_step" in row:
+        extra += f", {row['kernels_per_step']} kernels a step ({row['layers']} layers)"
+    return (
+        f"{row['route']:16s} {row['setting']:16s} {where:24s} {row['median_ms']:9.3f} ms "
+        f"[p10 {row['p10_ms']:.3f}, p90 {row['p90_ms']:.3f}]{extra}"
+    )
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="the JSON file to write")
+    p.add_argument("--routes", type=parse_routes, default=ROUTES, help=f"{', '.join(ROUTES)} or all (default all)")
+    p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per timing (default 20)")
+    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
+    return p
+
+
+def main(argv=None) -> int:
+    def body():
+        args = parser().parse_args(argv)
+        out = check_out(args.out)
+        device = require_cuda(COMMAND, args.device, modules=("triton",))
+        torch.cuda.set_device(device)
+        bandwidth_gbs = copy_bandwidth_gbs(device)
+        environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes", draft=DRAFT)
+        print(environment_header(COMMAND, environment))
+        measures = {
+            "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
+            "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
+            "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
+        }
+        rows = []
+        for route in args.routes:
+            for row in measures[route]():
+                print(format_row(row), flush=True)
+                rows.append(row)
+            release_gpu_memory()
+        write_result(out, {"env": environment, "routes": list(args.routes), "rows": rows})
+        print(f"wrote {out}")
+
+    return run_torch_command(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

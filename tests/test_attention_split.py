@@ -1,0 +1,75 @@
+"""Split-KV attention (model/fused_ops.attention with split_slots): SDPA's result, each row's value independent
+of the other rows' positions (what token-exact speculation needs), and greedy speculation still target
+greedy across split boundaries (CPU: triton's interpreter; GPU: the kernels as they run)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import fused_ops, triton_support
+from model.decoder import Decoder
+from model.heads import DenseHead
+from model.loading import load_model
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.skipif(
+    not triton_support.runs_on(DEVICE), reason="needs triton (on the CPU, its interpreter runs the kernels)"
+)
+TOL = 1e-5 if DEVICE.type == "cpu" else 3e-3  # on a GPU tl.dot rounds float32 inputs to TF32
+
+
+def _inputs(n, n_heads=4, n_kv=2, head_dim=16, slots=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, n_heads, head_dim, generator=g)
+    k_cache, v_cache = (torch.randn(1, n_kv, slots, head_dim, generator=g) for _ in range(2))
+    return q, k_cache, v_cache
+
+
+@pytest.mark.parametrize("split_slots", [64, 128, None])
+def test_split_attention_is_sdpa_and_reads_only_up_to_the_last_position(split_slots):
+    q, k_cache, v_cache = _inputs(3)
+    pos = torch.tensor([63, 64, 200])  # the last slot of a split, the first of the next, a later one
+    k_cache[:, :, 201:], v_cache[:, :, 201:] = float("nan"), float("nan")  # never read
+    got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, split_slots)
+    got = got.view(3, 4, 16).cpu()
+    mask = torch.arange(300)[None, :] <= pos[:, None]
+    for head in range(4):
+        kv = head // 2
+        want = F.scaled_dot_product_attention(
+            q[None, None, :, head],
+            k_cache[:, kv : kv + 1].nan_to_num(),
+            v_cache[:, kv : kv + 1].nan_to_num(),
+            attn_mask=mask,
+            scale=0.3,
+        )[0, 0]
+        assert (got[:, head] - want).abs().max() <= TOL * want.abs().max()
+
+
+def test_a_rows_value_does_not_depend_on_the_other_rows():
+    q, k_cache, v_cache = _inputs(3, seed=1)
+    q, k_cache, v_cache = q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE)
+    alone = fused_ops.attention(q[:1], k_cache, v_cache, torch.tensor([150], device=DEVICE), 0.3, 64)
+    for others in ([40, 299], [151, 152], [0, 1]):
+        pos = torch.tensor([150, *others], device=DEVICE)
+        together = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, 64)
+        assert torch.equal(together[:1], alone)
+    many = torch.randn(fused_ops.SPLIT_MAX_TOKENS + 1, 4, 16, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    pos = torch.arange(100, 100 + many.shape[0], device=DEVICE)  # a prefill's many tokens: the one-pass kernel
+    assert torch.equal(
+        fused_ops.attention(many, k_cache, v_cache, pos, 0.3, 64),
+        fused_ops.attention(many, k_cache, v_cache, pos, 0.3, None),
+    )
+    with pytest.raises(ValueError, match="multiple"):
+        fused_ops.attention(q, k_cache, v_cache, torch.tensor([1, 2, 3], device=DEVICE), 0.3, 100)
+
+
+@pytest.mark.parametrize("schedule", ["pipelined-deferred"] + (["ordinary"] if DEVICE.type == "cuda" else []))
+def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
+    room = 112
+    target = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=room, kernels="fused").model
+    draft = load_model("tiny-qwen3-draft", DEVICE, "float32", seed=2, max_seq_len=room, kernels="fused").model
+    target.attention_split_slots = draft.attention_split_slots = 64
+    prompt = torch.randint(0, 512, (58,), generator=torch.Generator().manual_seed(0)).tolist()  # decodes past 64
+    want = Decoder(target, K=1, graphs=False).reference(prompt, 14)
+    got = Decoder(target, draft, DenseHead(draft.head_weight), K=3, graphs=False).generate(prompt, 14, schedule)
+    assert got.tokens == want

@@ -1,0 +1,57 @@
+"""python -m measure.routes on CPU: its --routes argument and row formatting (the GPU run itself is the
+lead's; tests/test_measure_commands.py checks --help, --out, --reps and the refusal without a GPU)."""
+
+from argparse import ArgumentTypeError
+
+import pytest
+
+from measure import routes
+from model import awq_prefill
+from model.presets import PRESETS
+
+
+def test_routes_parse_in_their_fixed_order():
+    assert routes.parse_routes("all") == routes.ROUTES
+    assert routes.parse_routes("draft-attention,awq-gemm") == ("awq-gemm", "draft-attention")
+    assert routes.parse_routes(" awq-prefill ") == ("awq-prefill",)
+    with pytest.raises(
+        ArgumentTypeError, match=r"^unknown route prefil \(choices: awq-gemm, awq-prefill, draft-attention or all\)$"
+    ):
+        routes.parse_routes("awq-gemm,prefil")
+
+
+def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
+    assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: argument --routes: unknown route fast (choices: awq-gemm, awq-prefill, draft-attention or all) "
+        "(see python -m measure.routes --help)"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_awq_shapes_are_the_merged_projections_of_qwen3_32b():
+    shapes = routes.awq_shapes(PRESETS["qwen3-32b-awq"])
+    assert shapes == {"qkv": (5120, 10240), "o": (8192, 5120), "gate_up": (5120, 51200), "down": (25600, 5120)}
+    largest = max(i * o for i, o in shapes.values())
+    assert awq_prefill.largest_linear_elements(PRESETS["qwen3-32b-awq"]) == largest  # the buffer fits every one
+
+
+def test_rows_format_with_their_units():
+    timing = {"median_ms": 2.0, "p10_ms": 1.9, "p90_ms": 2.2}
+    gemm = {"route": "awq-gemm", "setting": "triton", "shape": "qkv", "rows": 128, **timing, "tflops": 53.7}
+    assert " ".join(routes.format_row(gemm).split()) == (
+        "awq-gemm triton shape qkv x 128 rows 2.000 ms [p10 1.900, p90 2.200], 54 TFLOPS"
+    )
+    step = {"route": "draft-attention", "setting": "split 128", "context": 4000, **timing, "floor_ms": 0.5}
+    assert routes.format_row(step).endswith("floor 0.500 ms (25% of bandwidth)")
+    counted = routes.format_row({**step, "kernels_per_step": 290, "layers": 28})
+    assert counted.endswith("(25% of bandwidth), 290 kernels a step (28 layers)")
+    prefill = {
+        "route": "awq-prefill",
+        "setting": "on",
+        "tokens": 2048,
+        **timing,
+        "tflops": 400.0,
+        "share_of_peak": 0.54,
+    }
+    assert routes.format_row(prefill).endswith("400 TFLOPS (54% of peak)")
