@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from contracts import UsageError
+from measure import draft_sampling_cost, head_cost
 from model import sampling, sampling_noise, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -173,3 +174,28 @@ def test_draws_inside_a_cuda_graph_at_the_qwen3_vocabulary():
         graph.replay()
         assert token.item() == _reference_draw(row, seed, position).item()
     assert not noise.workspace.any()
+
+
+def test_head_cost_refuses_a_bad_temperature_in_one_line(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert head_cost.main(["--out", str(out), "--temperature", "-1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["error: --temperature must be a finite number >= 0 (0 is greedy), got -1.0"]
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_sampled_line_shows_each_draw_and_the_agreement():
+    timing = {"median_ms": 0.0125, "p10_ms": 0.012, "p90_ms": 0.013}
+    result = {"temperature": 0.7, "timings": {"q": timing, "q + kernel draw": timing}, "same_tokens": 1.0}
+    line = draft_sampling_cost.format_sampled("flashhead:64", result)
+    assert line.startswith("flashhead:64") and "T=0.7" in line and "q + kernel draw   12.50 us" in line
+    assert line.endswith("same tokens 1.000")
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="times CUDA graphs")
+def test_sampled_rows_agree_on_a_gpu():
+    weight = torch.randn(151_936, 1024, device=DEVICE).to(torch.bfloat16)
+    states = [(torch.randn(1, 1024, device=DEVICE).to(torch.bfloat16),) for _ in range(2)]
+    result = draft_sampling_cost.sampled_rows(DenseHead(weight), states, SamplingSettings(temperature=0.7), DEVICE, 3)
+    assert result["same_tokens"] == 1.0
+    assert set(result["timings"]) == {"q", "q + torch hash draw", "q + kernel draw"}
