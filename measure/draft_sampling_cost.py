@@ -21,9 +21,9 @@ CHECKED_DRAWS = 64  # random states and positions on which both draws must pick 
 
 
 def sampled_rows(head, states: list[tuple], settings: SamplingSettings, device: torch.device, reps: int) -> dict:
-    """For one head (dense or FlashHead: a head with `logits`): device time per call of forming q alone,
-    of q and today's torch draw, and of q and the kernels' draw; and the share of CHECKED_DRAWS random
-    draws on which the two draws agree (1.0: bit for bit the same tokens on this GPU)."""
+    """For one head that samples (dense, FlashHead, shortlist: a head with `logits`): device time per
+    call of forming q alone, of q and today's torch draw, and of q and the kernels' draw; and the share
+    of CHECKED_DRAWS random draws on which the two draws agree (1.0: the same tokens on this GPU)."""
     vocab = head.vocab_size
     seed = torch.tensor([sampling.generation_seed(settings.seed, 0)], device=device)
     position = torch.tensor([300], device=device)

@@ -402,7 +402,7 @@ class Decoder:
         heads = heads_by_position(draft_head) if draft_head is not None else []
         if not sampling.greedy and not all(hasattr(head, "logits") for head in heads):
             raise UsageError(
-                "sampling needs a dense or FlashHead draft head (their q); shortlist and router heads are greedy"
+                "sampling needs a dense, FlashHead or shortlist draft head (their q); router heads are greedy"
             )
         self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
         # each model drafter's (body, heads by draft position, device, stream); `drafting`

@@ -1,6 +1,6 @@
 """The random numbers and the draft's race in a few launches (model/sampling_noise.py) against
 model/sampling.py's torch ops: the same uniforms and noise bit for bit, the same drafted token for the
-q of every head that samples (dense, FlashHead) at T = 0.3, 0.7 and 1.0, with top-k and top-p, and
+q of every head that samples (dense, FlashHead, shortlist) at T = 0.3, 0.7 and 1.0, with top-k and top-p, and
 the same sampled generations through the decoder for every schedule; a changed hash is caught. On a
 GPU-less machine the kernels run under triton's interpreter (tests/conftest.py)."""
 
@@ -16,7 +16,7 @@ from measure import draft_sampling_cost, head_cost
 from model import sampling, sampling_noise, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead
+from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.loading import load_model
 from model.sampling import SamplingSettings
 
@@ -54,17 +54,19 @@ def test_uniforms_and_noise_equal_the_torch_hash_bit_for_bit(purpose):
 
 
 def _head_probs(head_kind: str, settings: SamplingSettings, generator, rows: int = 6):
-    """q [rows, V] of a random head: dense, or FlashHead (zero outside its probed clusters)."""
+    """q [rows, V] of a random head: dense, FlashHead (zero outside its probed clusters) or a shortlist."""
     weight = torch.randn(2500, 32, generator=generator)
     hidden = torch.randn(rows, 32, generator=generator) * 0.3  # logits of spread about 1.7
     if head_kind == "dense":
         head = DenseHead(weight)
+    elif head_kind == "shortlist":
+        head = ShortlistHead(weight, torch.randperm(2500, generator=generator)[:300])
     else:
         head = FlashHead(weight, build_clustering(weight, cluster_size=16, iters=2, seed=0), probes=8)
     return sampling.probabilities(head.logits(hidden), settings).to(DEVICE)
 
 
-@pytest.mark.parametrize("head_kind", ["dense", "flashhead"])
+@pytest.mark.parametrize("head_kind", ["dense", "flashhead", "shortlist"])
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_draw_equals_todays_race_for_every_head(head_kind, temperature):
     generator = torch.Generator().manual_seed(int(temperature * 10))
