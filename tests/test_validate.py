@@ -271,22 +271,16 @@ def test_the_fitted_read_gap_makes_the_calibration_generations_come_out_as_measu
     from validate.plan import Config
     from validate.predict import predict
 
-    profile_path, trace_path = write(
-        tmp_path, tiny_profile("one-gpu", read_gap_ms=0.1), fixture_lines([1, 2, 0, 2], K=2)
-    )
+    profile_path, trace_path = write(tmp_path, tiny_profile("one-gpu", read_gap_ms=0.1), fixture_lines([1, 2, 0, 2], K=2))
     lines = [dict(line, schedule="deferred") for line in json_lines(trace_path)]
     config = Config("deferred", "dense", 2)
-    predicted, _ = predict(
-        profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", 0.1),)
-    )
+    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", 0.1),))
     reads = len(lines)
     slow = (config, None, lines, {"decode_ms": predicted["decode_ms"] + 1.0 * reads, "host_gaps": reads}, trace_path)
     fast = (config, None, lines, {"decode_ms": predicted["decode_ms"] + 0.4 * reads, "host_gaps": reads}, trace_path)
     fitted = fitted_read_gap([slow, fast], {}, 0.1, profile_path, "one-gpu", False)
     assert fitted == pytest.approx(0.8)
-    refit, _ = predict(
-        profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", fitted),)
-    )
+    refit, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, (("host.read_gap_ms", "=", fitted),))
     assert 2 * refit["decode_ms"] == pytest.approx(slow[3]["decode_ms"] + fast[3]["decode_ms"])
 
 
@@ -300,14 +294,9 @@ def test_calibration_pools_the_instances_of_one_head_and_the_baselines_of_all():
     records = {"baseline": generations(2, "dense")}
     records.update({f"K{K}-{head}": generations(K, head) for K in (2, 4) for head in ("dense", "flashhead")})
     assert {(r[0].name, r[1]) for r in pooled(records, "K4-flashhead")} == {
-        ("baseline", 2),
-        ("baseline", 4),
-        ("deferred-flashhead-K2", 2),
-        ("deferred-flashhead-K4", 4),
+        ("baseline", 2), ("baseline", 4), ("deferred-flashhead-K2", 2), ("deferred-flashhead-K4", 4)
     }
-    assert len(pooled(records, "baseline")) == 5 and {r[0].schedule for r in pooled(records, "baseline")} == {
-        "baseline"
-    }
+    assert len(pooled(records, "baseline")) == 5 and {r[0].schedule for r in pooled(records, "baseline")} == {"baseline"}
 
 
 def json_lines(path):
