@@ -10,7 +10,13 @@ clusters capped at twice the mean size; an untrained MLP, which costs what a tra
 Each at the budgets of --heads. Per head: device time per call inside a CUDA graph with L2 evicted
 (`measure.timing.time_in_graph`), its bandwidth floor (bytes it must read / the measured copy rate)
 and the dense head's time over it; then the draft step (body at context 300 and the head, one graph
-replay per step, as python -m measure.speed times it). Needs a CUDA GPU and triton.
+replay per step, as python -m measure.speed times it). With --temperature T > 0, each head that
+samples (dense, FlashHead, shortlist) also gets `sampled` (measure/draft_sampling_cost.py): forming q,
+and q with the torch hash draw against q with the kernels' draw, in graph, with the share of draws
+that agree. Needs a CUDA GPU and triton.
+
+    python -m measure.head_cost --out sampled.json --temperature 0.7 \
+        --heads dense+flashhead:64+flashhead:296+flashhead:593+shortlist:8192
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from model.graphs import GraphedCall
 from model.head_assets import Router
 from model.heads import DenseHead, FlashHead, RouterHead, ShortlistHead
 from model.router import spherical_kmeans, split_clusters
+from model.sampling import SamplingSettings
 
 from .benchmarks import copy_bandwidth_gbs
+from .draft_sampling_cost import format_sampled, sampled_rows
 from .speed import draft_step_inputs, load_draft
 from .timing import (
     at_least_one,
@@ -85,7 +93,7 @@ def heads_to_time(weight: torch.Tensor, embedding: torch.Tensor, specs) -> dict:
     return heads
 
 
-def measure(device: torch.device, specs, reps: int) -> dict:
+def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) -> dict:
     bandwidth_gbs = copy_bandwidth_gbs(device)
     model = load_draft(device).model
     weight, embedding = model.head_weight, model.embed_tokens.weight
@@ -121,6 +129,9 @@ def measure(device: torch.device, specs, reps: int) -> dict:
             "draft_step": draft_step,
         }
         rows.append(row)
+        if not settings.greedy and hasattr(head, "logits"):  # shortlist and router heads only decode greedily
+            row["sampled"] = sampled_rows(head, states, settings, device, reps)
+            print(format_sampled(name, row["sampled"]), flush=True)
         print(
             f"{name:<24} head {in_graph['median_ms'] * 1e3:8.2f} us [{in_graph['p10_ms'] * 1e3:.2f}, "
             f"{in_graph['p90_ms'] * 1e3:.2f}]  floor {(floor or 0) * 1e3:7.2f} us  draft step "
@@ -136,12 +147,16 @@ def main(argv=None) -> int:
         p.add_argument("--out", required=True, help="the JSON file to write")
         p.add_argument("--heads", default=DEFAULT_HEADS, help="head specs joined by + (default: 3 budgets per kind)")
         p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per head (default 20)")
+        p.add_argument(
+            "--temperature", type=float, default=0.0, help="also time the sampled draw at T (default 0: greedy only)"
+        )
         args = p.parse_args(argv)
+        settings = SamplingSettings(temperature=args.temperature)
         specs = parse_heads(args.heads)
         out = check_out(args.out)
         device = require_cuda(COMMAND, "cuda:0", modules=("triton",))
         torch.cuda.set_device(device)
-        write_result(out, measure(device, specs, args.reps))
+        write_result(out, measure(device, specs, args.reps, settings))
         print(f"wrote {out}")
 
     return run_torch_command(body)

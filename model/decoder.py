@@ -33,6 +33,7 @@ from model import sampling, schedules
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
 from model.sampling import GREEDY, SamplingSettings
+from model.sampling_noise import SamplingNoise
 from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
 
@@ -377,11 +378,13 @@ class Decoder:
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling
         self.verifier = None if sampling.greedy else BlockVerifier(self.target_device)
-        # sampling: the generation's seed and the token ids on each device (fixed addresses, for graphs)
+        # sampling: the generation's seed on each device (fixed addresses, for graphs)
         self.seed_on_target = torch.zeros(1, dtype=torch.long, device=self.target_device)
         self.seed_on_draft = self.seed_on_target.to(self.draft_device)
-        self.vocab = torch.arange(target.head_weight.shape[0], device=self.target_device)
-        self.vocab_on_draft = self.vocab.to(self.draft_device)
+        self.vocab_size = target.head_weight.shape[0]
+        # the random numbers and the draft's race (model/sampling_noise.py: a few kernels on a GPU)
+        self.noise_on_target = SamplingNoise(self.target_device, self.vocab_size)
+        self.noise_on_draft = SamplingNoise(self.draft_device, self.vocab_size)
         self.eos_id = eos_id if stop_at_eos else None
         self.events = events
         self.tensor_parallel = tensor_parallel
@@ -399,7 +402,7 @@ class Decoder:
         heads = heads_by_position(draft_head) if draft_head is not None else []
         if not sampling.greedy and not all(hasattr(head, "logits") for head in heads):
             raise UsageError(
-                "sampling needs a dense or FlashHead draft head (their q); shortlist and router heads are greedy"
+                "sampling needs a dense, FlashHead or shortlist draft head (their q); router heads are greedy"
             )
         self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
         # each model drafter's (body, heads by draft position, device, stream); `drafting`
@@ -444,9 +447,7 @@ class Decoder:
             token = head.argmax(hidden, fed)
             return token if self.control is None else self.control.propose(token, pos)
         q = sampling.probabilities(head.logits(hidden), self.sampling)
-        noise = sampling.exponentials(sampling.keys(self.seed_on_draft, pos, sampling.DRAFT), self.vocab_on_draft)
-        token = sampling.race(q, noise)
-        return token, q
+        return self.noise_on_draft.draw(q, self.seed_on_draft, pos), q
 
     def _capture(self) -> None:
         """Capture every graph the schedules use now, before anything is timed. Dummy steps write
@@ -618,7 +619,7 @@ class Decoder:
         body, heads, device, stream = self.steppers[drafter]
         proposals = Proposals(torch.empty(steps, dtype=torch.long, device=device))
         if not self.sampling.greedy:
-            proposals.probs = torch.empty(steps, self.vocab.numel(), device=device)
+            proposals.probs = torch.empty(steps, self.vocab_size, device=device)
         for i in range(steps):
             self._event("draft_step", stream, tokens.shape[1])
             with self.clock.phase("draft_body", device):
@@ -710,13 +711,12 @@ class Decoder:
         """The accept numbers [drafted] of the positions p+1.. after f (at p); acceptance control
         replaces them (after computing them: their cost stays) by its pattern's 0 or +inf."""
         positions = run.cursor[2:3] + 1 + self.positions[:drafted]
-        keys = sampling.keys(self.seed_on_target, positions, sampling.ACCEPT)
-        uniforms = sampling.uniforms(keys, self.vocab[:1])[:, 0]
+        uniforms = self.noise_on_target.uniforms(self.seed_on_target, positions, sampling.ACCEPT, 1)[:, 0]
         return uniforms if self.control is None else self.control.accept_numbers(positions)
 
     def _race_noise(self, at: torch.Tensor) -> torch.Tensor:
         """The race noise [V] of the round whose f is at position `at` [1]: it draws the round's final token."""
-        return sampling.exponentials(sampling.keys(self.seed_on_target, at, sampling.RACE), self.vocab)[0]
+        return self.noise_on_target.exponentials(self.seed_on_target, at, sampling.RACE, self.vocab_size)[0]
 
     def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor, draft_probs: torch.Tensor | None = None):
         """Accept and emit on the device. seq = [f, d1..dk]. Greedy: preds[i] = the target's token

@@ -1,8 +1,8 @@
 """LM heads for the draft: dense, FlashHead, a static shortlist and a learned cluster router, with
 one interface.
 
-`head.argmax(hidden [..., d], tokens=None) -> LongTensor [...]` (greedy) and, for dense and FlashHead,
-`head.logits(hidden) -> [n, V]` (sampling; FlashHead's are -inf outside its shortlist) stay on the
+`head.argmax(hidden [..., d], tokens=None) -> LongTensor [...]` (greedy) and, for dense, FlashHead and
+shortlist heads, `head.logits(hidden) -> [n, V]` (sampling; -inf outside the tokens a head scores) stay on the
 device with no host sync and no data-dependent Python branching, so they can run inside CUDA-graph
 capture; `tokens` is what the draft body was fed this step (only the router reads it). Every head
 picks the highest logit in the head's dtype and the lowest token id among exact ties, so a head
@@ -220,6 +220,16 @@ class ShortlistHead:
             work = _workspace(self._workspaces, h)
             token = flashhead_triton.stage2_argmax(h, no_clusters, self._chunk, self.weight, self.tokens, work)
         return token.reshape(hidden.shape[:-1])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., d] -> float32 logits [n, V] of the shortlist's tokens, -inf elsewhere: sampling
+        draws from the shortlist only (the residual restores the rest). Scored by one GEMM on the
+        shortlist's rows (the triton backend, which keeps no copy of them, gathers them per call)."""
+        h = _flat(hidden, self.weight)
+        rows = self.rows if self.rows is not None else self.weight[self.tokens]
+        scores = F.linear(h, rows).float()
+        out = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device)
+        return out.index_copy_(1, self.tokens, scores)
 
 
 class RouterHead:

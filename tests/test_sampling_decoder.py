@@ -1,5 +1,6 @@
 """Level 2: speculative sampling through the decoder (CPU, tiny models) gives the target's own
-distribution of the first three tokens, for every schedule and both heads; a wrong rule is rejected.
+distribution of the first three tokens, for every schedule and every head that samples (dense, FlashHead,
+shortlist); a wrong rule is rejected.
 
 Target: the first 2 layers of tiny-qwen3; draft: its first layer (an early-exit pair, so draft and
 target agree often enough that accepts and rejections both happen). top_k = 2 keeps 8 cells for
@@ -16,7 +17,7 @@ from model import sampling
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead
+from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.loading import load_model
 from model.sampling import SamplingSettings
 from model.trace import summarize, trace_lines
@@ -60,7 +61,12 @@ def _exact(target, tokens: int) -> dict:
 def _decoder(pair, head: str, K: int = 2) -> Decoder:
     target, draft = pair
     weight = draft.head_weight
-    draft_head = DenseHead(weight) if head == "dense" else FlashHead(weight, build_clustering(weight, seed=0), probes=2)
+    if head == "dense":
+        draft_head = DenseHead(weight)
+    elif head == "shortlist":  # half the vocabulary: the target's top tokens are often outside it
+        draft_head = ShortlistHead(weight, torch.randperm(512, generator=torch.Generator().manual_seed(0))[:256])
+    else:
+        draft_head = FlashHead(weight, build_clustering(weight, seed=0), probes=2)
     return Decoder(target, draft, draft_head, K=K, graphs=False, phases=False, sampling=SETTINGS)
 
 
@@ -80,7 +86,7 @@ def test_baseline_samples_the_target(pair, exact):
     assert g_test(counts, probs) > ALPHA
 
 
-@pytest.mark.parametrize("head", ["dense", "flashhead"])
+@pytest.mark.parametrize("head", ["dense", "flashhead", "shortlist"])
 def test_every_schedule_samples_the_target(pair, exact, head):
     """Each schedule alone, and all four pooled (each schedule draws its own samples, so the pool
     holds 4 x SAMPLES independent ones). Since the random numbers are keyed by position, the
