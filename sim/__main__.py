@@ -13,6 +13,7 @@ from contracts.files import check_output_file, check_output_folder, staged
 from contracts.progress import Progress
 from contracts.timeline import write_timeline
 
+from .heads import ranking, sweep_values
 from .profile import editable_paths
 from .report import (
     LEGEND,
@@ -106,7 +107,12 @@ def parse_args(argv):
         default=None,
         help="schedules to run, joined by '+' or ',' (baseline always runs for speedups); default: all",
     )
-    add("--head", default=None, help="dense, flashhead or dense+flashhead (default)")
+    add(
+        "--head",
+        default=None,
+        help="head specs joined by '+': dense, flashhead[:P], shortlist:N, router:C, KIND:B1,B2,... per draft "
+        "position (default dense+flashhead; budgeted kinds need the profile's heads section)",
+    )
     add("--K", default=None, help="draft tokens per round (default: the trace's K, else 6)")
     add("--probes", default=None, help="FlashHead probes (default: the profile's, c/16)")
     add("--placement", default=None, help="two-gpu, one-gpu or cpu (default: the profile's)")
@@ -216,7 +222,8 @@ def plan(args) -> Plan:
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
-        for value in (v.strip() for v in values.split(",")):
+        points = sweep_values(values, f"sweep {key}") if key == "head" else (v.strip() for v in values.split(","))
+        for value in points:
             changed = with_change(base, key, op, value, label=f"sweep {key}")
             result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))
@@ -280,6 +287,9 @@ def _run(args) -> int:
     if sweep_rows:
         print()
         print(results_table(sweep_rows, label="sweep", wide=args.wide))
+        if todo.sweep_key == "head":
+            print()
+            print(ranking(sweep_rows))
         payload.update(sweep=args.sweep)
         out_rows = sweep_rows
     print()
