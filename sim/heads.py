@@ -18,11 +18,12 @@ agreed at positions 1..j-1 (until they differ, the head drafts on the dense draf
 approximations: a token other than the dense draft's is never the target's, and agreement is
 independent of the dense token's acceptance (both tend to hold on confident states), so each makes the
 prediction a lower bound. agreement(j) comes, first found first:
-  1. the measured per-position curve of this very spec: prefix(j) / prefix(j-1), prefix(0) = 1;
-  2. the pooled agreement of its kind at budget(j) over held-out states of the dense trajectory, linear
-     in log2(budget) between measured budgets;
+  1. the pooled agreement of its kind at budget(j) over every held-out state of the dense trajectory
+     (exactly the states a head drafts on while it agrees), linear in log2(budget) between measured
+     budgets: hundreds of states per budget, so it comes first;
+  2. the measured per-position curve of this very spec, prefix(j) / prefix(j-1) with prefix(0) = 1
+     (tens of rounds per position in measure.head_agreement's runs), past its end its last value;
   3. FlashHead only: the profile's r(p) (flashhead.agreement) at p = budget(j).
-Past the end of a measured curve its last value repeats.
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def agreement_per_position(profile, label: str, probes: int, K: int) -> tuple[li
     of the sources in the module's docstring gave it; UsageError where none can."""
     spec = parse_head(label)
     section = (profile.raw.get("heads") or {}).get("agreement", {})
+    budgets = [spec.budget(j) or probes for j in range(K + 1)]
+    pooled = section.get("pooled", {}).get(spec.kind)
+    if pooled:
+        xs = [math.log2(row["budget"]) for row in pooled]
+        rates = [_between(xs, [row["agree"] for row in pooled], math.log2(b)) for b in budgets]
+        if None not in rates:
+            return rates, f"pooled agreement of {spec.kind} per budget ({section['weights']} weights)"
     curve = section.get("curves", {}).get(spec.label)
     if curve:
         rates, before = [], 1.0
@@ -107,18 +115,10 @@ def agreement_per_position(profile, label: str, probes: int, K: int) -> tuple[li
             rates.append(min(1.0, row["prefix"] / before) if before > 0 else 0.0)
             before = row["prefix"]
         return _extend(rates, K), f"its measured per-position curve ({section['weights']} weights)"
-    pooled = section.get("pooled", {}).get(spec.kind)
-    budgets = [spec.budget(j) or probes for j in range(K + 1)]
     if pooled:
-        xs = [math.log2(row["budget"]) for row in pooled]
-        ys = [row["agree"] for row in pooled]
-        rates = [_between(xs, ys, math.log2(b)) for b in budgets]
-        if None not in rates:
-            return rates, f"pooled agreement of {spec.kind} per budget ({section['weights']} weights)"
-        measured = f"{pooled[0]['budget']}..{pooled[-1]['budget']}"
         raise UsageError(
-            f"head {label!r}: the profile's {spec.kind} agreement is measured at budgets {measured} only; "
-            f"{MEASURE_AGREEMENT} measures more"
+            f"head {label!r}: the profile's {spec.kind} agreement is measured at budgets "
+            f"{pooled[0]['budget']}..{pooled[-1]['budget']} only; {MEASURE_AGREEMENT} measures more"
         )
     if spec.kind == "flashhead" and profile.agreement is not None:
         return [profile.agreement_at(b) for b in budgets], "FlashHead's r(p) curve of the profile"

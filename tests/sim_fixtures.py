@@ -87,7 +87,8 @@ def write(tmp_path, profile=None, lines=None):
 def tiny_heads_profile(**agreement):
     """tiny_profile with a heads section: dense 1 ms; shortlist 0.1 ms at 100 tokens to 0.5 ms at 1,000
     (linear between); router 2 ms at 8 clusters, 3 ms at 32. Pooled agreement shortlist 0.5 / 0.9,
-    router 0.6 / 0.95, FlashHead 0.3 / 0.9 at 1 / 64 probes (override with keyword `pooled`); one per-position curve (shortlist:1000,100)."""
+    router 0.6 / 0.95, FlashHead 0.3 / 0.9 at 1 / 64 probes (override with keyword `pooled`); one
+    per-position curve (shortlist:1000,100: prefix 0.8, 0.2)."""
     profile = tiny_profile()
     kinds = {
         "dense": [dict(timing(1.0), budget=None)],
@@ -99,9 +100,7 @@ def tiny_heads_profile(**agreement):
         "router": [{"budget": 8, "n": 50, "agree": 0.6}, {"budget": 32, "n": 50, "agree": 0.95}],
         "flashhead": [{"budget": 1, "n": 50, "agree": 0.3}, {"budget": 64, "n": 50, "agree": 0.9}],
     }
-    curve = [
-        {"position": i + 1, "n": 20, "agree": a, "prefix": p} for i, (a, p) in enumerate([(0.9, 0.9), (0.5, 0.45)])
-    ]
+    curve = [{"position": i + 1, "n": 20, "agree": a, "prefix": p} for i, (a, p) in enumerate([(0.8, 0.8), (0.3, 0.2)])]
     profile["heads"] = {
         "cost": {"weights": "synthetic", "source": "test", "kinds": kinds},
         "agreement": {

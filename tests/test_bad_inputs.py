@@ -102,7 +102,7 @@ CASES = [
     ("sim", ["--head", "shortlist:8192"], "the profile has no cost for shortlist heads"),
     ("sim", ["--profile", "{heads_profile.json}", "--head", "shortlist:5000"], "outside the 100..1000"),
     ("sim", ["--profile", "{heads_profile.json}", "--head", "router"], "needs a budget (router:N)"),
-    ("sim", ["--profile", "{heads_profile.json}", "--sweep", "head=dense+router:64"], "outside the 8..32 the profile costs"),
+    ("sim", ["--profile", "{heads_profile.json}", "--sweep", "head=dense+router:64"], "outside the 8..32 the profile"),
     (
         "sim",
         ["--profile", "{heads_profile.json}", "--head", "shortlist:100", "--what-if", "temperature=0.7"],

@@ -45,10 +45,13 @@ def test_a_positional_head_is_costed_per_draft_position(tmp_path):
 def test_agreement_per_position_from_the_curve_then_the_pooled_budgets(tmp_path):
     profile = Profile(tiny_heads_profile(), "test")
     rates, how = agreement_per_position(profile, "shortlist:1000,100", 4, K=3)
-    assert rates == pytest.approx([0.9, 0.5, 0.5, 0.5]) and "per-position curve" in how  # prefix 0.9, 0.45
+    assert rates == pytest.approx([0.9, 0.5, 0.5, 0.5]) and "pooled" in how
     rates, how = agreement_per_position(profile, "shortlist:1000,300", 4, K=2)
-    middle = 0.5 + 0.4 * (1 - 0.5228787)  # log2(300) is 0.477 of the way from log2(100) to log2(1000)
+    middle = 0.5 + 0.4 * 0.4771213  # log2(300) is 0.477 of the way from log2(100) to log2(1000)
     assert rates == pytest.approx([0.9, middle, middle], abs=1e-4) and "pooled" in how
+    del profile.raw["heads"]["agreement"]["pooled"]["shortlist"]  # the spec's own curve: prefix 0.8, 0.2
+    rates, how = agreement_per_position(profile, "shortlist:1000,100", 4, K=3)
+    assert rates == pytest.approx([0.8, 0.25, 0.25, 0.25]) and "per-position curve" in how
     with pytest.raises(UsageError, match="measured at budgets 8..32 only"):
         agreement_per_position(profile, "router:64", 4, K=2)
 
