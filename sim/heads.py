@@ -159,6 +159,9 @@ class AgreementPerPosition:
 def head_source(source, label: str, probes: int, K: int, profile, notes: list):
     """The acceptance a budgeted head sees: the source's (the dense draft's) times its agreement."""
     head = getattr(source, "head", "dense")
+    if head == label:  # a trace recorded with this very head (validate): its outcomes, replayed as they are
+        notes.append(f"{label}: acceptance replayed from a trace recorded with this head")
+        return source
     if head != "dense":
         raise UsageError(
             f"head {label!r}: its acceptance is the dense draft's times its agreement, but the trace was recorded "

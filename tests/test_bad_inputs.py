@@ -215,6 +215,8 @@ CASES = [
     ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
     ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
     ("validate", [*VALIDATE, "--K", "0", "--measure"], "--K must be >= 1"),
+    ("validate", [*VALIDATE, "--heads", "dense+shortlist:64", "--measure"], "needs built assets: pass --head-assets"),
+    ("validate", [*VALIDATE, "--heads", "shortlist:9999", "--head-assets", "{heads}", "--measure"], "exceeds the 512"),
     ("validate", [*VALIDATE, "--measure", "--acceptance", "a=2"], "bad acceptance control"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--reps 0"], "--reps must be at least 1"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),
