@@ -76,6 +76,9 @@ examples:
   python -m sim --trace run/deferred.trace.jsonl --drafter draft-model+prompt-lookup --policy all
                                                  every arm, policy and the oracle on a recorded run
   python -m sim --trace run/deferred.trace.jsonl --what-if drafter=prompt-lookup
+  python -m sim --profile reports/heads/h200_heads_profile.json --sweep head=dense+flashhead:64+shortlist:8192
+                                                 heads ranked by predicted tok/s (costs and agreement per draft
+                                                 position from the profile's heads section: docs/design.md)
 
 policies (--policy; deferred schedules only): fixed plays (first drafter, K); heuristic is Hugging
   Face's num_assistant_tokens schedule; ucb1 and thompson are bandits over every (drafter, K) arm with

@@ -64,6 +64,7 @@ def pareto_figure(points: list[dict], title: str) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     kinds = {}
@@ -78,6 +79,8 @@ def pareto_figure(points: list[dict], title: str) -> bytes:
     front = sorted((p for p in points if p["pareto"]), key=lambda p: p["cost_us"])
     ax.plot([p["cost_us"] for p in front], [p["agreement"] for p in front], "k--", lw=1, label="Pareto front")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("head cost per draft step, us (mean over the round's positions)")
     ax.set_ylabel("agreement with the dense draft (mean over positions)")
     ax.set_title(title, fontsize=8)
@@ -162,7 +165,7 @@ def main(argv=None) -> int:
             f"K = {K}; baseline {rows[0]['decode_tok_s']:.1f} tok/s",
         ]
         command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
-        title = f"{profile.label()}\ncosts {notes[-3]}"[:300]
+        title = f"{profile.label()}\n{notes[-3]}\n{notes[-2]}"[:400]
         with staged(Path(args.out)) as folder:
             write_atomic(folder / "heads.md", markdown(points, speculative, notes, command))
             payload = {"command": command, "notes": notes, "points": points, "rows": rows}

@@ -146,3 +146,21 @@ def test_profile_heads_merges_cost_and_agreement_records(tmp_path):
     assert heads["agreement"]["pooled"]["shortlist"][0]["agree"] == 0.7
     assert main(["--profile", profile, "--out", str(tmp_path / "x.json")]) == 2  # nothing to add
     assert not (tmp_path / "x.json").exists()
+
+
+def test_heads_report_marks_the_pareto_front_and_refuses_a_profile_without_heads(tmp_path):
+    from sim.heads_report import main
+
+    profile = _write(tmp_path, tiny_heads_profile())
+    out = tmp_path / "report"
+    heads = "dense+shortlist:100+shortlist:1000+router:8"
+    assert main(["--profile", profile, "--heads", heads, "--acceptance", "0.8", "--K", "3", "--out", str(out)]) == 0
+    points = {p["head"]: p for p in json.loads((out / "heads.json").read_text())["points"]}
+    # costs 1, 0.1, 0.5, 2 ms; agreement 1, 0.5, 0.9, 0.6: router:8 is dearer than dense and agrees less
+    assert {h for h, p in points.items() if p["pareto"]} == {"dense", "shortlist:100", "shortlist:1000"}
+    assert points["shortlist:1000"]["cost_us"] == pytest.approx(500.0)
+    assert {f.name for f in out.iterdir()} == {"heads.md", "heads.json", "pareto.png", "tok_s.png"}
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert main(["--profile", _write(bare, tiny_profile()), "--out", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "none").exists()
