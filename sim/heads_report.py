@@ -26,7 +26,7 @@ from contracts.names import SPECULATIVE_SCHEDULES
 from .heads import agreement_per_position
 from .profile import load_profile
 from .report import _png, render
-from .scenario import Scenario, resolve, run
+from .scenario import Scenario, resolve, run, with_change
 
 COMMAND = "python -m sim.heads_report"
 DEFAULT_HEADS = (
@@ -145,9 +145,11 @@ def main(argv=None) -> int:
         profile = load_profile(args.profile)
         if not profile.raw.get("heads"):
             raise UsageError(f"--profile {args.profile}: no heads section (python -m measure.profile_heads adds it)")
-        base = Scenario(profile=args.profile, acceptance=args.acceptance, schedules=SPECULATIVE_SCHEDULES)
-        base = base if args.K is None else Scenario(**dict(base.describe(), K=int(args.K)))
-        scenario = Scenario(**dict(base.describe(), heads=heads))
+        scenario = Scenario(
+            profile=args.profile, acceptance=args.acceptance, schedules=SPECULATIVE_SCHEDULES, heads=heads
+        )
+        if args.K is not None:
+            scenario = with_change(scenario, "K", "=", args.K, label="--K")
         resolved = resolve(scenario)  # every head checked before anything runs
         K = resolved.configs[-1].K
         points = head_points(profile, heads, K, resolved.configs[0].probes, resolved.regime)
