@@ -30,8 +30,8 @@ from .scenario import Scenario, resolve, run, with_change
 
 COMMAND = "python -m sim.heads_report"
 DEFAULT_HEADS = (
-    "dense+flashhead:64+flashhead:256+flashhead:593+shortlist:8192+shortlist:16384+shortlist:65536"
-    "+router:64+router:128+router:256+shortlist:65536,16384,8192+router:256,64,32+flashhead:593,593,64"
+    "dense+flashhead:64+flashhead:128+flashhead:256+shortlist:8192+shortlist:16384+shortlist:65536"
+    "+router:64+router:128+router:256+shortlist:65536,16384,8192+router:256,64,32+flashhead:256,256,64"
 )
 
 
