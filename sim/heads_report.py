@@ -167,7 +167,8 @@ def main(argv=None) -> int:
             f"K = {K}; baseline {rows[0]['decode_tok_s']:.1f} tok/s",
         ]
         command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
-        title = f"{profile.label()}\n{notes[-3]}\n{notes[-2]}"[:400]
+        weights = {part: section.get(part, {}).get("weights", "-").upper() for part in ("cost", "agreement")}
+        title = f"{profile.label()}\nhead costs {weights['cost']}, agreement {weights['agreement']} (sources: heads.md)"
         with staged(Path(args.out)) as folder:
             write_atomic(folder / "heads.md", markdown(points, speculative, notes, command))
             payload = {"command": command, "notes": notes, "points": points, "rows": rows}
