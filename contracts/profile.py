@@ -12,6 +12,7 @@ from pathlib import Path
 
 from contracts.cli import UsageError
 from contracts.files import read_json, write_atomic
+from contracts.heads import HEAD_KINDS, parse_head
 from contracts.names import PLACEMENTS, REGIMES
 
 PROFILE_SCHEMA = "specloop.profile/1"
@@ -113,6 +114,8 @@ def check_profile(raw, source: str) -> None:
         check_sampling(raw["sampling"], source)
     if raw.get("trees") is not None:
         check_trees(raw["trees"], source)
+    if raw.get("heads") is not None:
+        check_heads(raw["heads"], source)
 
 
 def _check_flashhead(flashhead, source: str) -> None:
@@ -221,6 +224,88 @@ def check_trees(trees, source: str) -> None:
         for rate_row, n_row in zip(table["rate"], table["n"]):
             if any((rate is None) != (n == 0) for rate, n in zip(rate_row, n_row)):
                 raise UsageError(f"{here}.rate is null exactly where n is 0")
+
+
+def check_heads(heads, source: str) -> None:
+    """The optional `heads` section: `cost`, each head kind's cost per budget as the draft step pays it
+    (`kinds`: kind -> rows {budget (none for dense), median_ms, ...} in increasing budget), and
+    `agreement`, each head's agreement with the dense draft: per-position curves of measured head specs
+    (`curves`: spec -> positions {position, n, agree, prefix}) and pooled agreement per kind and budget
+    (`pooled`: kind -> rows {budget, n, agree}). Each part names its `weights` and `source`."""
+    where = f"{source}: heads"
+    if not isinstance(heads, dict) or not heads or set(heads) - {"cost", "agreement"}:
+        raise UsageError(f"{where} must be an object with 'cost' and/or 'agreement'")
+    for part in heads.values():
+        if not isinstance(part, dict) or part.get("weights") not in WEIGHTS or not isinstance(part.get("source"), str):
+            raise UsageError(f"{where}: each part needs 'weights' (one of {', '.join(WEIGHTS)}) and a 'source' string")
+    if "cost" in heads:
+        kinds = heads["cost"].get("kinds")
+        if not isinstance(kinds, dict) or not kinds:
+            raise UsageError(f"{where}.cost needs a non-empty object 'kinds'")
+        for kind, rows in kinds.items():
+            _check_budget_rows(kind, rows, f"{where}.cost.kinds.{kind}", "median_ms", with_dense=True)
+            for i, row in enumerate(rows):
+                cost_grid(row, f"{where}.cost.kinds.{kind}[{i}]")
+    if "agreement" in heads:
+        agreement = heads["agreement"]
+        curves, pooled = agreement.get("curves", {}), agreement.get("pooled", {})
+        if not isinstance(curves, dict) or not isinstance(pooled, dict) or not (curves or pooled):
+            raise UsageError(f"{where}.agreement needs objects 'curves' and/or 'pooled', not both empty")
+        for kind, rows in pooled.items():
+            _check_budget_rows(kind, rows, f"{where}.agreement.pooled.{kind}", "agree", with_dense=False)
+        for label, positions in curves.items():
+            _check_curve(label, positions, f"{where}.agreement.curves.{label}")
+
+
+def _check_budget_rows(kind, rows, where: str, value: str, with_dense: bool) -> None:
+    """Rows of one head kind in increasing budget, each with `value` (a cost, or an agreement in [0, 1])."""
+    if kind not in HEAD_KINDS or (kind == "dense" and not with_dense):
+        raise UsageError(
+            f"{where}: unknown head kind; valid: {', '.join(k for k in HEAD_KINDS if with_dense or k != 'dense')}"
+        )
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and value in r for r in rows):
+        raise UsageError(f"{where}: expected a non-empty list of rows, each with '{value}'")
+    budgets = [r.get("budget") for r in rows]
+    if kind == "dense":
+        if budgets != [None]:
+            raise UsageError(f"{where}: the dense head has one row and no budget")
+        return
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in budgets) or budgets != sorted(set(budgets)):
+        raise UsageError(f"{where}: budgets must be increasing positive integers")
+    if value == "agree":
+        for r in rows:
+            if (
+                not _fraction(r["agree"])
+                or isinstance(r.get("n"), bool)
+                or not isinstance(r.get("n"), int)
+                or r["n"] < 1
+            ):
+                raise UsageError(f"{where}: each row needs 'agree' in [0, 1] and 'n', a positive number of states")
+
+
+def _check_curve(label: str, positions, where: str) -> None:
+    """Per draft position 1..K: agreement with the dense draft's token, and `prefix`, the share of rounds
+    whose tokens all agreed so far (never increasing)."""
+    try:
+        parse_head(label, where)
+    except UsageError as error:
+        raise UsageError(f"{where}: not a head spec ({error})") from None
+    if not isinstance(positions, list) or not positions or not all(isinstance(p, dict) for p in positions):
+        raise UsageError(f"{where}: expected a non-empty list of positions")
+    if [p.get("position") for p in positions] != list(range(1, len(positions) + 1)):
+        raise UsageError(f"{where}: positions must be 1, 2, ... in order")
+    for p in positions:
+        n = p.get("n")
+        if (
+            not (_fraction(p.get("agree")) and _fraction(p.get("prefix")))
+            or isinstance(n, bool)
+            or not isinstance(n, int)
+            or n < 1
+        ):
+            raise UsageError(f"{where}: each position needs 'agree' and 'prefix' in [0, 1] and 'n' >= 1")
+    prefixes = [p["prefix"] for p in positions]
+    if any(later > earlier for earlier, later in zip(prefixes, prefixes[1:])):
+        raise UsageError(f"{where}: 'prefix' (all tokens agreed so far) cannot grow with the position")
 
 
 def read_profile(path: str | Path) -> dict:

@@ -56,6 +56,8 @@ def _parser(overrides_only: bool) -> OneLineParser:
         "the largest",
     )
     add("--lookup-ngram", type=int, help="prompt lookup's max_matching_ngram_size for its timing (default 2)")
+    add("--heads", help="also time these head specs into the profile's heads section (e.g. shortlist:8192+router:128)")
+    add("--head-assets", help="the shortlist/router assets of --heads (python -m model.build_head)")
     if not overrides_only:
         add("--out", required=True, help="the profile JSON to write (a Markdown summary goes beside it)")
     return p

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from contracts import UsageError
 from contracts.files import check_output_file
+from contracts.heads import check_assets, parse_heads
 from contracts.progress import Progress
 from contracts.trees import MAX_NODES
 from model.decoder import cache_room, width
@@ -29,6 +30,7 @@ from .benchmarks import (
     round_host_costs,
     target_costs,
 )
+from .head_profile import head_cost_section, head_points
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class MeasureSettings:
     early_exit_layers: int | None = None  # the early-exit drafter's L (its costs are measured when given)
     lookup_ngram: int = 2  # prompt lookup's max_matching_ngram_size (its search is always measured)
     tree_widths: tuple[int, ...] = ()  # token trees: more target forward and draft body widths (up to MAX_NODES + 1)
+    heads: str | None = None  # head specs whose costs go into the heads section (measure/head_profile.py)
+    head_assets: str | None = None  # the shortlist/router assets those heads load
 
 
 def check_settings(settings: MeasureSettings) -> None:
@@ -78,6 +82,8 @@ def check_settings(settings: MeasureSettings) -> None:
         )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
+    for spec in parse_heads(settings.heads, "--heads") if settings.heads else ():
+        check_assets(spec, settings.head_assets)
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
         raise UsageError(f"--graphs takes on, off or on,off, got {','.join(settings.graphs)!r}")
 
@@ -116,6 +122,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         settings.kernels,
         settings.clustering,
         max_seq_len=cache_slots,
+        head_assets=settings.head_assets,
     )
     draft_device = pair.draft_device
     clustering = pair.clustering
@@ -135,6 +142,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + 1
             + len(contexts) * (1 if settings.early_exit_layers is None else 2)
             + (settings.early_exit_layers is not None)
+            + head_points(settings.heads)
         )
         + 2
     )
@@ -162,6 +170,9 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
                 "target": target_costs(bench, graphs),
                 "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
+        if settings.heads:  # in the profile's first regime: graphs where it has them
+            weights = pair.draft.info["weights"]
+            heads_section = {"cost": head_cost_section(bench, pair, settings.heads, "on" in regimes, weights)}
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         progress.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)
@@ -188,6 +199,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         devices=[target_device, draft_device],
         notes=notes,
     )
+    if settings.heads:
+        profile["heads"] = heads_section
     return profile_io.write(profile, Path(out), floors, command)
 
 

@@ -14,6 +14,7 @@ from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trees import parse_trees
 
+from .heads import ranking, sweep_values
 from .profile import editable_paths
 from .report import (
     LEGEND,
@@ -76,6 +77,9 @@ examples:
   python -m sim --trace run/deferred.trace.jsonl --drafter draft-model+prompt-lookup --policy all
                                                  every arm, policy and the oracle on a recorded run
   python -m sim --trace run/deferred.trace.jsonl --what-if drafter=prompt-lookup
+  python -m sim --profile reports/heads/h200_heads_profile.json --sweep head=dense+flashhead:64+shortlist:8192
+                                                 heads ranked by predicted tok/s (costs and agreement per draft
+                                                 position from the profile's heads section: docs/design.md)
 
 policies (--policy; deferred schedules only): fixed plays (first drafter, K); heuristic is Hugging
   Face's num_assistant_tokens schedule; ucb1 and thompson are bandits over every (drafter, K) arm with
@@ -107,7 +111,12 @@ def parse_args(argv):
         default=None,
         help="schedules to run, joined by '+' or ',' (baseline always runs for speedups); default: all",
     )
-    add("--head", default=None, help="dense, flashhead or dense+flashhead (default)")
+    add(
+        "--head",
+        default=None,
+        help="head specs joined by '+': dense, flashhead[:P], shortlist:N, router:C, KIND:B1,B2,... per draft "
+        "position (default dense+flashhead; budgeted kinds need the profile's heads section)",
+    )
     add("--K", default=None, help="draft tokens per round (default: the trace's K, else 6)")
     add("--probes", default=None, help="FlashHead probes (default: the profile's, c/16)")
     add("--placement", default=None, help="two-gpu, one-gpu or cpu (default: the profile's)")
@@ -219,8 +228,7 @@ def plan(args) -> Plan:
     if args.sweep:
         key, op, values = parse_change(args.sweep)
         result.sweep_key = key
-        listed = [t.label for t in parse_trees(values, f"sweep {key}")] if key == "tree" else values.split(",")
-        for value in (v.strip() for v in listed):
+        for value in _sweep_points(key, values):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
             result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))
@@ -231,6 +239,15 @@ def plan(args) -> Plan:
             "or a smaller K, or --no-ceiling)"
         )
     return result
+
+
+def _sweep_points(key: str, values: str) -> list[str]:
+    """One sweep's values: tree and head specs have lists of their own; anything else is joined by ','."""
+    if key == "tree":
+        return [tree.label for tree in parse_trees(values, f"sweep {key}")]
+    if key == "head":
+        return sweep_values(values, f"sweep {key}")
+    return [value.strip() for value in values.split(",")]
 
 
 def main(argv=None) -> int:
@@ -284,6 +301,9 @@ def _run(args) -> int:
     if sweep_rows:
         print()
         print(results_table(sweep_rows, label="sweep", wide=args.wide))
+        if todo.sweep_key == "head":
+            print()
+            print(ranking(sweep_rows))
         payload.update(sweep=args.sweep)
         out_rows = sweep_rows
     print()

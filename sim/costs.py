@@ -11,7 +11,10 @@ import bisect
 from dataclasses import dataclass
 
 from contracts import UsageError
+from contracts.heads import parse_head
 from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, cost_grid
+
+from .heads import HeadCosts
 
 MEMO_ENTRIES = 100_000  # lookups remembered per cost (a few MB); repeated contexts hit it
 
@@ -100,9 +103,10 @@ class Cost:
 class Costs:
     """The costs of one regime (`graphs` or `eager`), named for the operation they time."""
 
-    def __init__(self, regime: dict, where: str, fixed_width: int | None = None):
+    def __init__(self, regime: dict, where: str, fixed_width: int | None = None, heads: dict | None = None):
         """`fixed_width`: the rows every target decode forward runs (the decoder pads to it on GPUs),
-        so the target forward costs the same for every token count up to it."""
+        so the target forward costs the same for every token count up to it. `heads`: the profile's
+        heads section, which costs every head spec of the kinds it holds (sim/heads.py)."""
         parsed = {}
         for group, names in REQUIRED_COSTS.items():
             for name in names:
@@ -131,6 +135,7 @@ class Costs:
         self.lookup = parsed.get("draft.lookup_ms")  # the drafters' costs, where the profile measured them
         self.early_exit_body = parsed.get("draft.early_exit_body_ms")
         self.early_exit_head = parsed.get("draft.early_exit_head_ms")
+        self.head_table = HeadCosts(heads)
 
     def check_drafters(self, drafters: tuple[str, ...]) -> None:
         """UsageError unless the profile carries the costs of every drafter in `drafters`."""
@@ -149,3 +154,11 @@ class Costs:
 
     def head(self, head: str) -> Cost:
         return self.head_dense if head == "dense" else self.head_flashhead
+
+    def head_at(self, head: str, probes: int, position: int) -> tuple[float, float]:
+        """(device_ms, host_ms) of the head spec `head` at draft position `position` (0-based)."""
+        if self.head_table.covers(head):
+            return self.head_table.at(head, probes, position)
+        spec = parse_head(head)
+        cost, budget = self.head(spec.kind), spec.budget(position) or probes
+        return cost.device_ms(probes=budget), cost.host_ms(probes=budget)

@@ -24,7 +24,8 @@ class Profile:
         self.raw, self.source = raw, source
         fixed_width = raw["setup"].get("fixed_width")
         self.costs = {
-            name: Costs(body, f"{source}: regimes.{name}", fixed_width) for name, body in raw["regimes"].items()
+            name: Costs(body, f"{source}: regimes.{name}", fixed_width, raw.get("heads"))
+            for name, body in raw["regimes"].items()
         }
         self.default_regime = raw["setup"].get("default_regime", next(iter(raw["regimes"])))
         flashhead = raw["flashhead"]

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
+from contracts.heads import parse_heads
 from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
 from contracts.trees import parse_tree
 
+from . import heads as head_specs
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
 from .schedules import Config
@@ -143,7 +145,7 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key == "schedule":
         return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
     if key == "head":
-        return replace(s, heads=_choices(label, value, HEADS))
+        return replace(s, heads=tuple(spec.label for spec in parse_heads(value, label)))
     if key == "placement":
         return replace(s, placement=_choices(label, value, PLACEMENTS)[0])
     if key == "graphs":
@@ -253,15 +255,28 @@ def resolve(s: Scenario) -> Resolved:
         generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if traced else "--prompts x --max-new-tokens"
     )
     notes.append(f"acceptance: {source.describe()}")
+    for head in s.heads:
+        profile.costs[regime].head_table.check(head, probes)
     if s.temperature > 0:
         if s.drafters != ("draft-model",):
             raise UsageError(
                 f"temperature={s.temperature:g}: sampling is modeled for the draft-model drafter only "
                 f"(its beta curves); drafters given: {'+'.join(s.drafters)}"
             )
+        budgeted = [head for head in s.heads if head_specs.is_budgeted(head)]
+        if budgeted:
+            raise UsageError(
+                f"temperature={s.temperature:g}: sampling is modeled for the heads dense and flashhead only (their "
+                f"beta curves); head given: {budgeted[0]}"
+            )
         sources = {head: _sampled(profile, s.temperature, head, probes, notes) for head in s.heads}
     else:
-        sources = {head: _for_head(source, head, probes, profile, notes) for head in s.heads}
+        sources = {
+            head: head_specs.head_source(source, head, probes, K, profile, notes)
+            if head_specs.is_budgeted(head)
+            else _for_head(source, head, probes, profile, notes)
+            for head in s.heads
+        }
     schedules, heads, tree = _schedules_for(s), s.heads, None
     if s.tree is not None:  # token trees: acceptance from the profile's top-k rates (sim/trees.py)
         tree, tree_source, schedules, heads, K = tree_setup(s, profile, profile.costs[regime], K, notes)

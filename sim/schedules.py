@@ -238,20 +238,23 @@ class SimulatedRun:
         phase = phase or ("verify" if name == "verify" else "finalize")
         return (yield from self.launch(self.target, {phase: device_ms}, host_ms))
 
-    def draft_steps(self, steps: int, context: int, first_tokens: int = 1, drafter: str = "draft-model"):
+    def draft_steps(
+        self, steps: int, context: int, first_tokens: int = 1, drafter: str = "draft-model", shift: int = 0
+    ):
         """`Decoder.draft_steps`: `steps` draft steps (body then head each) issued back to back on
         the drafter's stream (the early-exit draft shares the target's device), the first feeding
-        `first_tokens` tokens after `context` cached ones, every later one the previous proposal."""
+        `first_tokens` tokens after `context` cached ones, every later one the previous proposal.
+        Step i pays the head of draft position max(0, i + shift)."""
         stream = self.draft if drafter == "draft-model" else self.target
         name = "draft" if drafter == "draft-model" else "target"
         if self.events is not None:
             self.events += [("draft_step", name, n) for n, _ in self._draft_points(steps, context, first_tokens)]
         body_ms, head_ms, host_ms = self._cost(
-            ("draft", drafter, steps, context, first_tokens),
-            lambda: self._draft_cost(steps, context, first_tokens, drafter),
+            ("draft", drafter, steps, context, first_tokens, shift),
+            lambda: self._draft_cost(steps, context, first_tokens, drafter, shift),
         )
         self.calls["draft_steps"] += steps
-        pieces = self._draft_pieces(steps, context, first_tokens, drafter) if self.timeline is not None else None
+        pieces = self._draft_pieces(steps, context, first_tokens, drafter, shift) if self.timeline is not None else None
         return (yield from self.launch(stream, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces))
 
     def propose(self, context: int, arm: Arm | None = None):
@@ -284,35 +287,36 @@ class SimulatedRun:
         an n_tokens axis costs every step as one token."""
         return draft_points(self.config.tree, steps, context, first_tokens)
 
-    def _drafter_costs(self, drafter: str):
-        """(body cost, head cost, head axes) of one step of a model drafter."""
+    def _drafter_costs(self, drafter: str, steps: int, shift: int):
+        """(body cost, [(head device_ms, host_ms)] per step) of a model drafter's `steps` steps."""
         if drafter == "early-exit":
-            return self.costs.early_exit_body, self.costs.early_exit_head, {}
-        return self.costs.draft_body, self.costs.head(self.config.head), {"probes": self.config.probes}
+            head = self.costs.early_exit_head
+            return self.costs.early_exit_body, [(head.device_ms(), head.host_ms())] * steps
+        if self.free_head:
+            return self.costs.draft_body, [(0.0, 0.0)] * steps
+        at = self.costs.head_at
+        head_ms = [at(self.config.head, self.config.probes, max(0, i + shift)) for i in range(steps)]
+        return self.costs.draft_body, head_ms
 
     def _draft_pieces(
-        self, steps: int, context: int, first_tokens: int, drafter: str
+        self, steps: int, context: int, first_tokens: int, drafter: str, shift: int
     ) -> list[tuple[str, float, float]]:
         """The timeline's pieces of `draft_steps`: body, then head, per step, (name, device_ms, host_ms)."""
-        body, head, axes = self._drafter_costs(drafter)
-        free = self.free_head and drafter == "draft-model"
-        head_ms = (0.0, 0.0) if free else (head.device_ms(**axes), head.host_ms(**axes))
+        body, head_ms = self._drafter_costs(drafter, steps, shift)
         pieces = []
-        for n, c in self._draft_points(steps, context, first_tokens):
+        for (n, c), (head_device, head_host) in zip(self._draft_points(steps, context, first_tokens), head_ms):
             pieces += [
                 ("draft_body", body.device_ms(n_tokens=n, context=c), body.host_ms(n_tokens=n, context=c)),
-                ("draft_head", head_ms[0], head_ms[1]),
+                ("draft_head", head_device, head_host),
             ]
         return pieces
 
-    def _draft_cost(self, steps: int, context: int, first_tokens: int, drafter: str):
-        body, head, axes = self._drafter_costs(drafter)
+    def _draft_cost(self, steps: int, context: int, first_tokens: int, drafter: str, shift: int):
+        body, head_ms = self._drafter_costs(drafter, steps, shift)
         points = self._draft_points(steps, context, first_tokens)
         body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
         host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
-        if self.free_head and drafter == "draft-model":
-            return body_ms, 0.0, host_ms
-        return body_ms, steps * head.device_ms(**axes), host_ms + steps * head.host_ms(**axes)
+        return body_ms, sum(d for d, _ in head_ms), host_ms + sum(h for _, h in head_ms)
 
     def prefill(self, generation: Generation, with_draft: bool):
         t, L = self.costs.target_prefill, generation.prompt_len
@@ -433,7 +437,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         used = None
         ahead = lookahead and on_draft  # only the draft model looks ahead: the others share the target's device
         if ahead:  # the draft goes on as if the whole block will be accepted: e1..e(K+1)
-            yield from m.draft_steps(K + 1, context + K - 1)
+            yield from m.draft_steps(K + 1, context + K - 1, shift=-1)
             yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
         yield from m.read()  # n, and with the look-ahead whether it is used
         if ahead:

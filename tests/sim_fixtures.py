@@ -82,3 +82,32 @@ def write(tmp_path, profile=None, lines=None):
         t.write_text("".join(json.dumps(x) + "\n" for x in lines))
         paths.append(t)
     return paths
+
+
+def tiny_heads_profile(**agreement):
+    """tiny_profile with a heads section: dense 1 ms; shortlist 0.1 ms at 100 tokens to 0.5 ms at 1,000
+    (linear between); router 2 ms at 8 clusters, 3 ms at 32. Pooled agreement shortlist 0.5 / 0.9,
+    router 0.6 / 0.95, FlashHead 0.3 / 0.9 at 1 / 64 probes (override with keyword `pooled`); one
+    per-position curve (shortlist:1000,100: prefix 0.8, 0.2)."""
+    profile = tiny_profile()
+    kinds = {
+        "dense": [dict(timing(1.0), budget=None)],
+        "shortlist": [dict(timing(0.1), budget=100), dict(timing(0.5), budget=1000)],
+        "router": [dict(timing(2.0), budget=8), dict(timing(3.0), budget=32)],
+    }
+    pooled = {
+        "shortlist": [{"budget": 100, "n": 50, "agree": 0.5}, {"budget": 1000, "n": 50, "agree": 0.9}],
+        "router": [{"budget": 8, "n": 50, "agree": 0.6}, {"budget": 32, "n": 50, "agree": 0.95}],
+        "flashhead": [{"budget": 1, "n": 50, "agree": 0.3}, {"budget": 64, "n": 50, "agree": 0.9}],
+    }
+    curve = [{"position": i + 1, "n": 20, "agree": a, "prefix": p} for i, (a, p) in enumerate([(0.8, 0.8), (0.3, 0.2)])]
+    profile["heads"] = {
+        "cost": {"weights": "synthetic", "source": "test", "kinds": kinds},
+        "agreement": {
+            "weights": "synthetic",
+            "source": "test",
+            "curves": {"shortlist:1000,100": curve},
+            "pooled": agreement.get("pooled", pooled),
+        },
+    }
+    return profile

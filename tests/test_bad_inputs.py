@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
 from model.router import split_clusters  # noqa: E402
-from tests.sim_fixtures import tiny_profile, trace_lines  # noqa: E402
+from tests.sim_fixtures import tiny_heads_profile, tiny_profile, trace_lines  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
 VALIDATE = [*TINY, "--n-prompts", "1", "--max-new-tokens", "8", "--K", "2"]
@@ -42,6 +42,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     put("empty.jsonl", "")
     profile = tiny_profile()
     put("good_profile.json", json.dumps(profile))
+    put("heads_profile.json", json.dumps(tiny_heads_profile()))
     negative = tiny_profile()
     negative["flashhead"]["default_probes"] = -3
     put("negative_probes.json", json.dumps(negative))
@@ -97,7 +98,16 @@ CASES = [
     ("sim", ["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
     ("sim", ["--acceptance", "lengths:x=1"], "expected lengths:L=weight"),
     ("sim", ["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
-    ("sim", ["--head", "sparse"], "--head: 'sparse' is unknown"),
+    ("sim", ["--head", "sparse"], "--head: unknown head 'sparse'"),
+    ("sim", ["--head", "shortlist:8192"], "the profile has no cost for shortlist heads"),
+    ("sim", ["--profile", "{heads_profile.json}", "--head", "shortlist:5000"], "outside the 100..1000"),
+    ("sim", ["--profile", "{heads_profile.json}", "--head", "router"], "needs a budget (router:N)"),
+    ("sim", ["--profile", "{heads_profile.json}", "--sweep", "head=dense+router:64"], "outside the 8..32 the profile"),
+    (
+        "sim",
+        ["--profile", "{heads_profile.json}", "--head", "shortlist:100", "--what-if", "temperature=0.7"],
+        "sampling is modeled for the heads dense and flashhead only",
+    ),
     ("sim", ["--placement", "tpu"], "--placement: 'tpu' is unknown"),
     ("sim", ["--what-if", "nonsense.path=3"], "unknown what-if key 'nonsense.path'"),
     ("sim", ["--what-if", "draft.body=3"], "did you mean"),
@@ -107,7 +117,7 @@ CASES = [
     ("sim", ["--what-if", "temperature=-0.5"], "expected a number in 0..100 (0 is greedy)"),
     ("sim", ["--what-if", "temperature=0.7"], "the profile has no beta curve"),
     ("sim", ["--sweep", "K=2,4,0"], "sweep K: must be in 1..64"),
-    ("sim", ["--sweep", "head=dense,sparse"], "sweep head: 'sparse' is unknown"),
+    ("sim", ["--sweep", "head=dense,sparse"], "sweep head: unknown head 'sparse'"),
     ("sim", ["--profile", "{binary.json}"], "is not UTF-8 text"),
     ("sim", ["--profile", "{not_json.json}"], "not valid JSON"),
     ("sim", ["--profile", "{negative_probes.json}"], "default_probes must be a positive integer"),
@@ -211,6 +221,8 @@ CASES = [
     ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
     ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
     ("validate", [*VALIDATE, "--K", "0", "--measure"], "--K must be >= 1"),
+    ("validate", [*VALIDATE, "--heads", "dense+shortlist:64", "--measure"], "needs built assets: pass --head-assets"),
+    ("validate", [*VALIDATE, "--heads", "shortlist:9999", "--head-assets", "{heads}", "--measure"], "exceeds the 512"),
     ("validate", [*VALIDATE, "--measure", "--acceptance", "a=2"], "bad acceptance control"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--reps 0"], "--reps must be at least 1"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),

@@ -335,3 +335,18 @@ def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_median_lengt
     prompt, calibration_ids = pipeline.calibration_workload(SimpleNamespace(prompts_file=None), pair, work)
     assert prompt.id not in {q.id for q in validation}
     assert len(calibration_ids) == 9
+
+
+def test_a_shortlist_head_is_run_measured_into_the_profile_and_predicted(tmp_path):
+    from model.head_assets import Shortlist, save_shortlist
+
+    assets = tmp_path / "assets"  # a shortlist of the tiny presets' 512 tokens, most frequent first
+    save_shortlist(Shortlist(torch.arange(512), torch.zeros(512, dtype=torch.long)), assets)
+    out = tmp_path / "report"
+    heads = ["--heads", "dense+shortlist:64,32", "--head-assets", str(assets), "--schedules", "ordinary,deferred"]
+    assert main(TINY + MEASURE + heads + ["--K", "2", "--acceptance", "a=0.5", "--out", str(out)]) == 0
+    costs = json.loads((out / "profile.json").read_text())["heads"]["cost"]["kinds"]
+    assert [row["budget"] for row in costs["shortlist"]] == [32, 64] and costs["dense"][0]["median_ms"] > 0
+    rows = {r["configuration"]: r for r in csv.DictReader((out / "results.csv").open())}
+    for name in ("ordinary-shortlist:64,32-K2", "deferred-shortlist:64,32-K2"):
+        assert float(rows[name]["measured_tok_s"]) > 0 and float(rows[name]["predicted_tok_s"]) > 0

@@ -83,7 +83,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="all",
         help="baseline, ordinary, pipelined, deferred, pipelined-deferred: comma-separated, or all (default)",
     )
-    p.add_argument("--heads", default="dense,flashhead", help="draft heads: dense, flashhead or both (default)")
+    p.add_argument(
+        "--heads",
+        default="dense,flashhead",
+        help="draft head specs joined by '+' or ',' (contracts/heads.py): dense, flashhead[:P], shortlist:N, "
+        "router:C, KIND:B1,B2,... (default dense,flashhead); a profile must cost the budgeted ones "
+        "(--measure times them)",
+    )
+    p.add_argument("--head-assets", default=None, metavar="DIR", help="shortlist/router assets (model.build_head)")
     p.add_argument(
         "--K", default="6", help="draft tokens per round, comma-separated for a sweep (default 6; --peers takes one)"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .heads import head_cost_path
 from .plan import Config
 from .predict import predict
 
@@ -54,7 +55,7 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
-    phases = {**PHASES_OF_COST, HEAD_COSTS[head]: ("draft_head",)}
+    phases = {**PHASES_OF_COST, head_cost_path(profile_path, head, HEAD_COSTS): ("draft_head",)}
     scales = {}
     for path, names in phases.items():
         m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)

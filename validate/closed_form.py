@@ -6,7 +6,8 @@
   (K new tokens for ordinary and pipelined, K + 1 for deferred and pipelined-deferred, 1 for the
   baseline) at the trace's mean context (mean of the rounds' `context`).
 - T_q: one draft step = `draft.body_ms` at the mean context + the head (`draft.head_dense_ms`, or
-  `draft.head_flashhead_ms` at the run's probes).
+  `draft.head_flashhead_ms` at the run's probes, or the profile's heads section: sim/heads.py), its
+  mean over the round's K positions.
 - T_o: per-round overhead = the standalone one-token append (`target.forward_ms` at n = 1) for
   ordinary and pipelined, plus host costs: one scalar read (`host.item_ms`), the decoder's per-round
   bookkeeping (`host.round_bookkeeping_ms`) and, on two GPUs, two token copies (`host.copy_token_ms`:
@@ -53,7 +54,8 @@ def closed_form(
         return ClosedForm(costs.verify.device_ms(n_tokens=1, context=context), 0.0, 0.0, 1.0, 0, 1, context)
     n = K if schedule in APPENDING else K + 1
     T_p = costs.verify.device_ms(n_tokens=n, context=context)
-    T_q = costs.draft_body.device_ms(n_tokens=1, context=context) + costs.head(head).device_ms(probes=probes)
+    head_ms = sum(costs.head_at(head, probes, position)[0] for position in range(K)) / K  # per position
+    T_q = costs.draft_body.device_ms(n_tokens=1, context=context) + head_ms
     T_o = costs.item.device_ms() + costs.bookkeeping.device_ms()
     if placement == "two-gpu":
         T_o += 2 * costs.copy_token.device_ms()

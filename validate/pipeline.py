@@ -12,7 +12,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from contracts import HEADS, SCHEDULES, UsageError
+from contracts import SCHEDULES, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged
 from contracts.names import REGIME_OF_GRAPHS_FLAG
@@ -30,6 +30,7 @@ from . import report
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
 from .calibration import Calibration, fitted_read_gap, group_name, pooled, read_gap_from, scales_from, trace_name
 from .closed_form import closed_form
+from .heads import check_profile_heads, is_budgeted, validated_heads
 from .plan import (
     Config,
     check_acceptance,
@@ -68,6 +69,8 @@ def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, p
         K_max=K_max,
         clustering=args.clustering,
         graphs=("on" if graphs else "off",),
+        heads="+".join(h for h in validated_heads(args.heads, args.head_assets) if is_budgeted(h)) or None,
+        head_assets=args.head_assets,
         prompts_file=args.prompts_file,
         seed=args.seed,
     )
@@ -81,7 +84,7 @@ def _check_numbers(args, heads) -> None:
         raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    if "flashhead" not in heads and (args.probes is not None or args.clustering):
+    if "flashhead" not in {h.split(":")[0] for h in heads} and (args.probes is not None or args.clustering):
         raise UsageError("--probes and --clustering apply to the flashhead head only")
     if bool(args.profile) == bool(args.measure):
         raise UsageError("give a cost profile: --profile PATH (from python -m measure), or --measure to measure one")
@@ -89,7 +92,7 @@ def _check_numbers(args, heads) -> None:
 
 def run(args) -> Path:
     schedules = parse_choices(args.schedules, SCHEDULES, "schedule")
-    heads = parse_choices(args.heads, HEADS, "head")
+    heads = validated_heads(args.heads, args.head_assets)
     ks = parse_ks(args.K)
     configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
@@ -98,6 +101,7 @@ def run(args) -> Path:
     K_max = max(ks)
     if args.profile:
         check_profile(args.profile, placement, graphs)
+        check_profile_heads(args.profile, heads, graphs, args.probes)
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1])
     check_acceptance(args.acceptance)
@@ -105,11 +109,20 @@ def run(args) -> Path:
     out = report_folder(args.out, "validation", placement, target_device, args.force)
     reference_len = args.max_new_tokens + 2 * K_max + 2
     pair, work = load_pair(
-        args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K_max, args.clustering
+        args.target,
+        args.draft,
+        placement,
+        args.dtype,
+        args.seed,
+        prompts,
+        reference_len,
+        K_max,
+        args.clustering,
+        args.head_assets,
     )
     control = control_for(pair, args.acceptance)
-    if "flashhead" in heads:
-        pair.head("flashhead", args.probes)  # bad probes fail here, before any run
+    for head in heads:
+        pair.head(head, args.probes)  # bad probes, budgets or assets fail here, before any run
     lengths = [len(x) for x in work.ids]
     meta = _meta(args, pair, graphs, control, prompts)
     drawn = timeline_config(configs)

@@ -37,10 +37,11 @@ def load_pair(
     reference_len: int,
     max_K: int,
     clustering: str | None,
+    head_assets: str | None = None,
 ) -> tuple[Pair, Workload]:
     """Both models (seeds as python -m model and python -m measure use them), with static caches sized
     for the longest prompt, a reference continuation and a look-ahead; and the prompts' token ids."""
-    pair = model_pair.load_pair(target, draft, placement, dtype, seed, clustering=clustering)
+    pair = model_pair.load_pair(target, draft, placement, dtype, seed, clustering=clustering, head_assets=head_assets)
     ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
     pair.size_caches([len(x) for x in ids], reference_len, max_K)
     return pair, Workload(prompts, ids)
