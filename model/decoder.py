@@ -36,7 +36,7 @@ from model.heads import DenseHead, heads_by_position
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
-from model.tree_rounds import TreeRounds, check_tree
+from model.tree_rounds import TreeRounds, check_tree, head_kind
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
 
@@ -368,7 +368,7 @@ class Decoder:
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
     ):
-        check_tree(tree, (), sampling.greedy, draft_head, drafting, tensor_parallel)
+        check_tree(tree, (), sampling.greedy, head_kind(draft_head), drafting is None and tensor_parallel is None)
         if tree.kind != "chain":
             K = tree.depth  # a tree round is a chain round of K = depth steps, verifying every node
         if K < 1:
@@ -485,7 +485,7 @@ class Decoder:
             raise UsageError(f"schedule {schedule} needs a draft model")
         if self.drafting is not None and schedule != "baseline":
             self.drafting.check(schedule)
-        check_tree(self.tree, (schedule,), self.sampling.greedy, self.draft_head, self.drafting, self.tensor_parallel)
+        check_tree(self.tree, (schedule,))
         if max_new_tokens < 1 or not prompt_ids:
             raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
         self._check_room(len(prompt_ids), max_new_tokens)

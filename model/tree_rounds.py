@@ -31,29 +31,35 @@ from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
 
 TREE_SCHEDULES = ("ordinary", "deferred")  # the schedules that run tree rounds (docs/design.md)
+TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's children
 
 
-def check_tree(tree: TreeShape, schedules, sampling_greedy: bool, draft_head, drafting, tensor_parallel) -> None:
-    """One line for every combination a tree cannot run with (before any work starts)."""
+def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: str = "dense", alone: bool = True):
+    """One line for every combination a tree cannot run with, before any work starts. `head_kind`: the
+    draft head's kind (contracts.heads); `alone`: the draft model drafts alone (no policy, no tpN)."""
     if tree.kind == "chain":
         return
     label = f"--tree {tree.label}"
     if tree.kind == "dynamic":
-        raise UsageError(
-            f"{label}: dynamic trees are not implemented in the decoder yet; valid: chain or a static tree"
-        )
+        raise UsageError(f"{label}: dynamic trees are not implemented in the decoder yet; valid: chain, AxBxC, paths:")
     bad = [s for s in schedules if s not in TREE_SCHEDULES + ("baseline",)]
     if bad:
         raise UsageError(
             f"{label} runs with the schedules {', '.join(TREE_SCHEDULES)} (and baseline), not {', '.join(bad)}"
         )
-    if not sampling_greedy:
+    if not greedy:
         raise UsageError(f"{label}: trees decode greedily (--temperature 0); sampled trees are not implemented")
-    if drafting is not None or tensor_parallel is not None:
+    if not alone:
         raise UsageError(f"{label}: trees run with the draft model on one or two devices (no policy, drafter or tpN)")
-    for head in heads_by_position(draft_head):
-        if not isinstance(head, (DenseHead, FlashHead, ShortlistHead)):
-            raise UsageError(f"{label}: trees rank children with dense, flashhead or shortlist heads, not a router")
+    if head_kind not in TREE_HEADS:
+        raise UsageError(f"{label}: trees rank children with {', '.join(TREE_HEADS)} heads, not {head_kind}")
+
+
+def head_kind(draft_head) -> str:
+    """The contracts.heads kind of a draft head object (a router anywhere makes it a router)."""
+    kinds = {DenseHead: "dense", FlashHead: "flashhead", ShortlistHead: "shortlist"}
+    found = [kinds.get(type(head), "router") for head in heads_by_position(draft_head)] if draft_head else []
+    return "router" if "router" in found else (found[0] if found else "dense")
 
 
 def top_children(head, hidden: torch.Tensor, k: int) -> torch.Tensor:
