@@ -168,11 +168,19 @@ class TreeRounds:
     def capture(self) -> None:
         """Every graph a round uses, with dummy inputs (their cache writes are rewritten before read)."""
         dec = self.dec
-        cursor = torch.tensor([0, 0, 1], device=dec.draft_device)
-        self._draft(cursor)
+        p = torch.ones(1, dtype=torch.long, device=dec.draft_device)
+        hidden, _ = dec.steppers["draft-model"][0](torch.zeros(1, 2, dtype=torch.long, device=p.device), p - 1)
+        for depth, level in enumerate(self.levels, start=1):
+            if level.fed is not None:
+                hidden = self._tree_body(*self._frontier(torch.zeros_like(level.fed), level.fed, p))
+            self._children[depth - 1](hidden, p + depth)
         start = torch.zeros(1, dtype=torch.long, device=dec.target_device)
         for n in (self.nodes, self.nodes + 1):
-            self.verify(torch.zeros(n, dtype=torch.long, device=dec.target_device), start + 1 - (n - self.nodes))
+            self.verify(torch.zeros(n, dtype=torch.long, device=dec.target_device), start + 1)
+
+    def _frontier(self, tokens: torch.Tensor, fed: torch.Tensor, p: torch.Tensor) -> tuple:
+        """The tree body's inputs for the nodes `fed` with tokens [w] in a round rooted at p."""
+        return tokens.view(1, -1), p + 1 + fed, p + self.depths_on_draft[fed], self.bits_on_draft[fed], p + 1
 
     # --- a round ----------------------------------------------------------------------------------
     def propose(self, run):
@@ -195,13 +203,7 @@ class TreeRounds:
             else:
                 dec._event("draft_step", stream, level.fed.numel())
                 with dec.clock.phase("draft_body", device):
-                    hidden = self._tree_body(
-                        tokens[level.fed].view(1, -1),
-                        p + 1 + level.fed,
-                        p + self.depths_on_draft[level.fed],
-                        self.bits_on_draft[level.fed],
-                        p + 1,
-                    )
+                    hidden = self._tree_body(*self._frontier(tokens[level.fed], level.fed, p))
             with dec.clock.phase("draft_head", device):
                 children = self._children[depth - 1](hidden, p + depth)
             tokens[level.children] = children[level.rows, level.ranks]
