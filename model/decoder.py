@@ -31,6 +31,7 @@ from contracts.names import PHASES
 from contracts.policies import Arm
 from contracts.trees import CHAIN, TreeShape
 from model import sampling, schedules
+from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
 from model.sampling import GREEDY, SamplingSettings
@@ -294,7 +295,7 @@ class Run:
     rounds: list[HostRound] = field(default_factory=list)
     prompt: torch.Tensor | None = None  # [P] on the target device (prompt lookup searches it)
     cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (model/drafting.py)
-    moves: torch.Tensor | None = None  # tree rounds: the last round's cache moves [2, depth] (source, destination)
+    moves: torch.Tensor | None = None  # tree rounds: the last round's cache moves [3, depth] (docs/design.md)
 
     def more(self) -> bool:
         """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
@@ -415,7 +416,8 @@ class Decoder:
         # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
         self.steppers = {"draft-model": (self._body, self._heads, self.draft_device, "draft")}
         self.drafting = drafting.attach(self, graphs) if drafting is not None else None
-        self.trees = TreeRounds(self, tree, graphs) if tree.kind != "chain" and draft is not None else None
+        rounds = DynamicTreeRounds if tree.kind == "dynamic" else TreeRounds
+        self.trees = rounds(self, tree, graphs) if tree.kind != "chain" and draft is not None else None
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
@@ -693,7 +695,7 @@ class Decoder:
                     packed = packed.to(self.draft_device, non_blocking=True)
             run.draft_cursor = packed[:3]
             with self.clock.phase("finalize", self.draft_device):  # the crop of the draft's cache
-                self.trees.to_draft(run, packed[3:].view(2, -1))
+                self.trees.to_draft(run, packed[3:].view(3, -1))
             return
         if self.copies:
             self._event("copy_tokens", "target", run.cursor.numel())

@@ -19,6 +19,7 @@ accepted length only at the round's read, as in chain rounds.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,8 +41,8 @@ def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: st
     if tree.kind == "chain":
         return
     label = f"--tree {tree.label}"
-    if tree.kind == "dynamic":
-        raise UsageError(f"{label}: dynamic trees are not implemented in the decoder yet; valid: chain, AxBxC, paths:")
+    if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > 64:
+        raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most 64")
     bad = [s for s in schedules if s not in TREE_SCHEDULES + ("baseline",)]
     if bad:
         raise UsageError(
@@ -118,6 +119,8 @@ class TreeRounds:
         table = [list(ancestors(parents, i)) for i in range(self.nodes)]
         self.path_table = torch.tensor([row + [row[-1]] * (self.depth - len(row)) for row in table], device=target)
         self.steps = torch.arange(self.depth, device=target)
+        self.draft_slot = torch.arange(self.nodes, device=target)  # node -> its slot offset in the draft's cache
+        self.capturing = False
         self.bits_on_draft = torch.tensor(bits, device=draft)
         self.depths_on_draft = torch.tensor(depths, device=draft)
         self.levels = []
@@ -168,15 +171,21 @@ class TreeRounds:
     def capture(self) -> None:
         """Every graph a round uses, with dummy inputs (their cache writes are rewritten before read)."""
         dec = self.dec
-        p = torch.ones(1, dtype=torch.long, device=dec.draft_device)
-        hidden, _ = dec.steppers["draft-model"][0](torch.zeros(1, 2, dtype=torch.long, device=p.device), p - 1)
-        for depth, level in enumerate(self.levels, start=1):
-            if level.fed is not None:
-                hidden = self._tree_body(*self._frontier(torch.zeros_like(level.fed), level.fed, p))
-            self._children[depth - 1](hidden, p + depth)
+        self.capturing = True
+        self._draft(torch.tensor([0, 0, 1], device=dec.draft_device))
         start = torch.zeros(1, dtype=torch.long, device=dec.target_device)
         for n in (self.nodes, self.nodes + 1):
             self.verify(torch.zeros(n, dtype=torch.long, device=dec.target_device), start + 1)
+        self.capturing = False
+
+    def _step(self, phase: str, tokens: int):
+        """A draft forward's event and phase (neither while capturing graphs)."""
+        if self.capturing:
+            return nullcontext()
+        stream = self.dec.steppers["draft-model"][3]
+        if phase == "draft_body":
+            self.dec._event("draft_step", stream, tokens)
+        return self.dec.clock.phase(phase, self.dec.draft_device)
 
     def _frontier(self, tokens: torch.Tensor, fed: torch.Tensor, p: torch.Tensor) -> tuple:
         """The tree body's inputs for the nodes `fed` with tokens [w] in a round rooted at p."""
@@ -191,20 +200,17 @@ class TreeRounds:
     def _draft(self, cursor: torch.Tensor) -> torch.Tensor:
         dec = self.dec
         device = dec.draft_device
-        body, _, _, stream = dec.steppers["draft-model"]
+        body = dec.steppers["draft-model"][0]
         tokens = torch.empty(self.nodes, dtype=torch.long, device=device)
         p = cursor[2:3]
         for depth, level in enumerate(self.levels, start=1):
             if level.fed is None:
-                fed = cursor[:2].view(1, 2)
-                dec._event("draft_step", stream, 2)
-                with dec.clock.phase("draft_body", device):
-                    hidden, _ = body(fed, p - 1)
+                with self._step("draft_body", 2):
+                    hidden, _ = body(cursor[:2].view(1, 2), p - 1)
             else:
-                dec._event("draft_step", stream, level.fed.numel())
-                with dec.clock.phase("draft_body", device):
+                with self._step("draft_body", level.fed.numel()):
                     hidden = self._tree_body(*self._frontier(tokens[level.fed], level.fed, p))
-            with dec.clock.phase("draft_head", device):
+            with self._step("draft_head", 0):
                 children = self._children[depth - 1](hidden, p + depth)
             tokens[level.children] = children[level.rows, level.ranks]
         return tokens
@@ -245,20 +251,27 @@ class TreeRounds:
         index = len(run.rounds) - 1
         run.accepted[index : index + 1] = a
         p = run.cursor[2:3]
-        run.moves = torch.stack([p + 1 + torch.where(self.steps < a, path, self.steps), p + 1 + self.steps])
-        compact(dec.target, run.moves)
+        moving = self.steps < a
+        fed = self.draft_slot[path]
+        run.moves = (
+            p
+            + 1
+            + torch.stack(
+                [torch.where(moving, path, self.steps), self.steps, torch.where(moving & (fed >= 0), fed, self.steps)]
+            )
+        )
+        compact(dec.target, run.moves[0], run.moves[1])
         run.cursor = torch.cat([torch.cat([seq[:1], nodes[path]]).gather(0, a), f, p + a + 1])
         return a, f
 
     def to_draft(self, run, moved: torch.Tensor) -> None:
-        """The draft's side of the crop: the same path moves in its cache (`moved`: the copied moves)."""
-        compact(self.dec.draft, moved)
+        """The draft's side of the crop: the path's entries move in its cache (`moved`: the copied moves)."""
+        compact(self.dec.draft, moved[2], moved[1])
 
 
-def compact(model, moves: torch.Tensor) -> None:
-    """Moves [2, D] (source slots, destination slots): copy every layer's K and V entries from the
-    sources to the destinations (read first, then written: a source never lies below its destination)."""
-    source, destination = moves[0], moves[1]
+def compact(model, source: torch.Tensor, destination: torch.Tensor) -> None:
+    """Copy every layer's K and V entries from the source slots to the destination slots [D] (read
+    first, then written: a source never lies below its destination)."""
     for layer in model.layers:
         attention = layer.self_attn
         for cache in (attention.k_cache, attention.v_cache):

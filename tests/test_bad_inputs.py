@@ -160,7 +160,7 @@ CASES = [
     ("model", ["--tree", "8x8x8"], "more than 64 nodes"),
     ("model", ["--tree", "paths:0;1.0"], "path 1.0 has no parent path"),
     ("model", ["--tree", "2x2"], "runs with the schedules ordinary, deferred (and baseline), not pipelined"),
-    ("model", ["--tree", "dynamic:2,8,3", "--schedule", "deferred"], "dynamic trees are not implemented"),
+    ("model", ["--tree", "dynamic:16,64,6", "--schedule", "deferred"], "feeds (D - 1) x M nodes to the draft"),
     ("model", ["--tree", "2x2", "--schedule", "deferred", "--temperature", "0.7"], "trees decode greedily"),
     ("model", ["--tree", "2x2", "--schedule", "deferred", "--policy", "ucb1"], "no policy, drafter or tpN"),
     ("model", ["--prompts", "poetry"], "unknown prompt selection"),

@@ -21,7 +21,7 @@ from model.transformer import tree_visible
 
 PROMPTS = {"short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
 MAX_NEW, ROOM = 20, 128
-TREES = ("2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0;0.1", "1x1x1")
+TREES = ("2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0;0.1", "1x1x1", "dynamic:2,7,3", "dynamic:3,12,4")
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +56,14 @@ def _decoder(models, tree, head="dense", spec=None, name="short", references=Non
     return Decoder(target, draft, _head(draft, head), K=3, graphs=False, control=control, tree=shape, **kw)
 
 
-@pytest.mark.parametrize("head", ["dense", "flashhead"])
-@pytest.mark.parametrize("spec", [None, "a=0.5"])
+@pytest.mark.parametrize(
+    "head, spec", [("dense", None), ("dense", "a=0.5"), ("flashhead", None), ("flashhead", "a=0.5")]
+)
 @pytest.mark.parametrize("tree", TREES)
 def test_tree_output_equals_target_greedy(models, references, tree, spec, head):
-    for name in ("longer",) if spec else PROMPTS:
+    if head == "flashhead" and spec is None and "x" not in tree:
+        pytest.skip("the real draft with FlashHead runs on the static trees only (time)")
+    for name in ("longer",) if spec else ("short",):
         ids = PROMPTS[name]
         dec = _decoder(models, tree, head, spec, name, references)
         for schedule in ("ordinary", "deferred"):
@@ -82,6 +85,25 @@ def test_a_wider_tree_accepts_more_under_control(models, references):
         dec = _decoder(models, tree, "dense", "a=0.4", "longer", references)
         accepted[tree] = sum(r.accepted for r in dec.generate(PROMPTS["longer"], MAX_NEW + 10, "deferred").rounds)
     assert accepted["3x3x1"] > accepted["1x1x1"]
+
+
+def test_a_dynamic_tree_verifies_its_best_nodes_parents_first(models, references):
+    """After a round the tables describe a tree of N nodes, parents first, whose depths and ancestor
+    words agree; a 1-wide dynamic tree drafts the chain's rounds."""
+    dec = _decoder(models, "dynamic:3,9,4", "dense", "a=0.5", "longer", references)
+    dec.generate(PROMPTS["longer"], 6, "deferred")
+    trees = dec.trees
+    parents = [-1 if root else int(p) for p, root in zip(trees.parents, trees.from_root)]
+    assert all(p < i for i, p in enumerate(parents))
+    assert trees.depths.tolist() == list(node_depths(parents))
+    assert trees.verify_bits[1:10].tolist() == tree_rounds.ancestor_bits(tuple(parents))
+    rounds = {}
+    for tree in ("chain", "dynamic:1,3,3"):
+        generated = _decoder(models, tree, "dense", None, "longer", references).generate(
+            PROMPTS["longer"], MAX_NEW, "deferred"
+        )
+        rounds[tree] = [(r.accepted, r.emitted) for r in generated.rounds]
+    assert rounds["chain"] == rounds["dynamic:1,3,3"]
 
 
 @pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
@@ -138,7 +160,7 @@ def test_compaction_leaves_exactly_the_accepted_path_in_both_caches(models, refe
 
     def caches_after(compacting: bool):
         if not compacting:
-            monkeypatch.setattr(tree_rounds, "compact", lambda model, moves: None)
+            monkeypatch.setattr(tree_rounds, "compact", lambda model, source, destination: None)
         target, draft = _fresh("tiny-qwen3", 1), _fresh("tiny-qwen3-draft", 2)
         control = AcceptanceControl("a=0.7", 512, ROOM, torch.device("cpu"), seed=3)
         control.bind(references["longer"], len(PROMPTS["longer"]), "longer")
@@ -196,8 +218,8 @@ def test_tree_trace_fields_are_checked():
 def test_trees_refuse_what_they_cannot_run(models):
     with pytest.raises(UsageError, match="runs with the schedules ordinary, deferred"):
         _decoder(models, "2x2x1").generate(PROMPTS["short"], 4, "pipelined")
-    with pytest.raises(UsageError, match="dynamic trees are not implemented"):
-        _decoder(models, "dynamic:2,6,3")
+    with pytest.raises(UsageError, match="at most 64"):
+        _decoder(models, "dynamic:16,64,6")
 
 
 def _ancestor_words(parents):
