@@ -52,17 +52,17 @@ def _decoder(models, tree, head="dense", spec=None, name="short", references=Non
     if spec is not None:
         control = AcceptanceControl(spec, 512, ROOM, torch.device("cpu"), seed=3)
         control.bind(references[name], len(PROMPTS[name]), name)
-    shape = parse_tree(tree) if tree != "chain" else parse_tree("chain")
-    return Decoder(target, draft, _head(draft, head), K=3, graphs=False, control=control, tree=shape, **kw)
+    return Decoder(target, draft, _head(draft, head), K=3, graphs=False, control=control, tree=parse_tree(tree), **kw)
 
 
-@pytest.mark.parametrize(
-    "head, spec", [("dense", None), ("dense", "a=0.5"), ("flashhead", None), ("flashhead", "a=0.5")]
-)
-@pytest.mark.parametrize("tree", TREES)
-def test_tree_output_equals_target_greedy(models, references, tree, spec, head):
-    if head == "flashhead" and spec is None and "x" not in tree:
-        pytest.skip("the real draft with FlashHead runs on the static trees only (time)")
+# the real draft (spec None) and acceptance control, with dense and FlashHead (its real draft: static trees)
+CASES = [
+    (t, h, a) for t in TREES for h in ("dense", "flashhead") for a in (None, "a=0.5") if "x" in t or h == "dense" or a
+]
+
+
+@pytest.mark.parametrize("tree, head, spec", CASES)
+def test_tree_output_equals_target_greedy(models, references, tree, head, spec):
     for name in ("longer",) if spec else ("short",):
         ids = PROMPTS[name]
         dec = _decoder(models, tree, head, spec, name, references)
