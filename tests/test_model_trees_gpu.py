@@ -40,7 +40,9 @@ def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5"):
 @pytest.mark.parametrize("graphs", [True, False])
 @pytest.mark.parametrize("head", ["dense", "flashhead"])
 @pytest.mark.parametrize("spec", [None, "a=0.5", "a=1"])
-@pytest.mark.parametrize("tree", ["2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0", "1x1x1", "4x2x2x1"])
+@pytest.mark.parametrize(
+    "tree", ["2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0", "1x1x1", "4x2x2x1", "dynamic:2,7,3", "dynamic:4,24,5"]
+)
 def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
     dec, want = _decoder(placement, tree, head, graphs, spec)
     depth = parse_tree(tree).depth
@@ -48,7 +50,7 @@ def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
         g = dec.generate(PROMPT, MAX_NEW, schedule)
         assert g.tokens == want, schedule
         assert sum(r.emitted for r in g.rounds) == MAX_NEW - 1
-        if spec == "a=1" and schedule != "baseline":
+        if spec == "a=1" and schedule != "baseline" and "x" in tree:  # a dynamic tree may leave the path out
             assert all(r.accepted == depth for r in g.rounds[:-1]), schedule
 
 
