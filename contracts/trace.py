@@ -9,6 +9,7 @@ from pathlib import Path
 from contracts.cli import UsageError
 from contracts.files import read_json, read_text, write_atomic
 from contracts.names import DRAFTERS, PHASES
+from contracts.trees import MAX_NODES, parse_tree
 
 TRACE_SCHEMA = "specloop.trace/1"
 SUMMARY_SCHEMA = "specloop.summary/1"
@@ -103,6 +104,26 @@ def check_trace_line(line, where: str = "trace") -> None:
         _check_phases(line["phases_ms"], where)
     _check_host_gaps(line, where)
     _check_arm_fields(line, where)
+    _check_tree_fields(line, where)
+
+
+def _check_tree_fields(line: dict, where: str) -> None:
+    """`tree` (the round's tree label, contracts.trees) and `nodes` (nodes verified) come together, in
+    tree rounds only; `accepted` is then the accepted path's length, at most the tree's depth (K)."""
+    if "tree" not in line and "nodes" not in line:
+        return
+    if "tree" not in line or "nodes" not in line:
+        raise UsageError(f"{where}: tree and nodes come together")
+    try:
+        shape = parse_tree(line["tree"], f"{where}: tree")
+    except (UsageError, TypeError):
+        raise UsageError(f"{where}: tree must be a tree label, got {line['tree']!r}") from None
+    _typed(line, "nodes", int, where)
+    if shape.kind == "chain" or line["K"] != shape.depth or not line["K"] <= line["nodes"] <= MAX_NODES:
+        raise UsageError(
+            f"{where}: a tree round needs K = the tree's depth and K <= nodes <= {MAX_NODES}, "
+            f"got tree {line['tree']!r}, K {line['K']}, nodes {line['nodes']}"
+        )
 
 
 def _check_arm_fields(line: dict, where: str) -> None:

@@ -20,6 +20,7 @@ from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_pol
 from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
+from contracts.trees import TREE_FORMS, parse_tree
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
@@ -32,6 +33,7 @@ from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
 from model.sampling import SamplingSettings  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
+from model.tree_rounds import check_tree  # noqa: E402
 
 EPILOG = """\
 prompt selections (--prompts):
@@ -94,7 +96,12 @@ def parse_args(argv) -> argparse.Namespace:
         help="load the FlashHead clustering from DIR (published asset layout); default: build it from the draft's head",
     )
     add("--schedule", default="all", help=f"one of {', '.join(SCHEDULES)}, several joined by ',', or all (default)")
-    add("--K", type=int, default=6, help="draft tokens proposed per round, >= 1 (default 6)")
+    add("--K", type=int, default=6, help="draft tokens proposed per round, >= 1 (default 6; a tree: its depth)")
+    add(
+        "--tree",
+        default="chain",
+        help=f"what a round drafts: {TREE_FORMS} (default chain; trees run with --schedule ordinary,deferred)",
+    )
     add("--max-new-tokens", type=int, default=64, help="tokens generated per prompt, the first included (default 64)")
     add("--prompts", default="first:2", help="which Spec-Bench prompts (see below; default first:2)")
     add("--prompts-file", default=None, help="a Spec-Bench question.jsonl (default: the copy shipped in model/data)")
@@ -195,6 +202,11 @@ def run(args) -> int:
     # the timeline's schedule: the first speculative one run (the baseline when only it runs)
     args.timeline_schedule = next((s for s in schedules if s != "baseline"), schedules[0]) if args.timeline else None
     arms_choice = _arms(args, schedules)
+    args.tree_shape = parse_tree(args.tree)
+    alone = not arms_choice and not (args.placement or "").startswith("tp")
+    check_tree(args.tree_shape, schedules, settings.greedy, args.head_spec.kind, alone)
+    if args.tree_shape.kind != "chain":
+        args.K = args.tree_shape.depth
     if not settings.greedy and (arms_choice or (args.placement or "").startswith("tp")):
         raise UsageError(
             "--temperature > 0 runs with the draft model at a fixed K on one or two devices "
@@ -214,7 +226,7 @@ def run(args) -> int:
     )
     ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
     reference_len = args.max_new_tokens + (2 * args.K + 2 if args.acceptance else 0)
-    pair.size_caches([len(x) for x in ids], reference_len, args.K)
+    pair.size_caches([len(x) for x in ids], reference_len, args.K, args.tree_shape.node_count)
     control = pair.acceptance_control(args.acceptance) if speculative else None
     head = pair.head(args.head_spec, args.probes) if speculative else None
     decoder = pair.decoder(
@@ -226,6 +238,7 @@ def run(args) -> int:
         stop_at_eos=args.stop_at_eos,
         drafting=_drafting(pair, arms_choice, args) if arms_choice else None,
         sampling=settings,
+        tree=args.tree_shape,
     )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}
@@ -268,7 +281,8 @@ def _head_config(schedule: str, head, args) -> dict:
     if schedule == "baseline":
         return {"schedule": schedule, "K": 0, "head": "dense", "probes": None}
     probes = getattr(head, "probes", None)
-    return {"schedule": schedule, "K": args.K, "head": args.head_spec.label, "probes": probes}
+    config = {"schedule": schedule, "K": args.K, "head": args.head_spec.label, "probes": probes}
+    return config if args.tree_shape.kind == "chain" else {**config, "tree": args.tree_shape.label}
 
 
 def _arms(args, schedules) -> tuple | None:

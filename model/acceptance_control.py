@@ -18,6 +18,14 @@ Every position is tested at most once on the accepted path (a round ends at its 
 and the next round starts after the correction), so i.i.d. bits give exactly i.i.d. per-token
 acceptance, and every schedule sees the same bits. The decoder's logic is unchanged, so the output
 still equals target greedy; the trace records what the target actually accepted.
+
+Token trees (model/tree_rounds.py): at position q the target's token is among a node's drafted
+children at sibling rank r when bit (q, r) is the first set bit of q's ranks; rank 0's bits are the
+chain's bits, and each further rank gets its own i.i.d. stream at the same rate a (a pattern sets
+rank 0 only). So a node's top-k children hold the target's token with probability 1 - (1 - a)^k,
+a chain (or a 1-wide tree) sees exactly the chain's bits, and every child that is not the target's
+token is a distinct wrong token. Only nodes whose ancestors all match can be accepted, so at each
+depth one node's children matter, and a position is again tested at most once on the accepted path.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import zlib
 import torch
 
 from contracts import UsageError
+from contracts.trees import MAX_BRANCHING
 
 
 class AcceptanceControl:
@@ -47,6 +56,8 @@ class AcceptanceControl:
         self.spec, self.vocab_size, self.seed = spec, vocab_size, seed
         self.reference = torch.zeros(capacity, dtype=torch.long, device=device)
         self.accept = torch.zeros(capacity, dtype=torch.bool, device=device)
+        self.hit_rank = torch.zeros(capacity, dtype=torch.long, device=device)  # MAX_BRANCHING: no rank hits
+        self.ranks = torch.arange(MAX_BRANCHING, device=device)
         self.accept_on_verify = self.accept if verify_device is None else self.accept.to(verify_device)
 
     def describe(self) -> dict:
@@ -71,8 +82,21 @@ class AcceptanceControl:
         bits[prompt_len + 1 :] = self._bits(capacity - prompt_len - 1, key)
         self.reference.copy_(ref)
         self.accept.copy_(bits)
+        self.hit_rank.copy_(self._hit_ranks(bits, prompt_len, key))
         if self.accept_on_verify is not self.accept:
             self.accept_on_verify.copy_(bits)
+
+    def _hit_ranks(self, bits: torch.Tensor, prompt_len: int, key: str) -> torch.Tensor:
+        """Per position, the first sibling rank whose bit is set (rank 0: the chain's bits)."""
+        n = bits.numel() - prompt_len - 1
+        ranks = [bits]
+        for rank in range(1, MAX_BRANCHING):
+            more = torch.zeros_like(bits)
+            if self.kind == "iid":
+                more[prompt_len + 1 :] = self._bits(n, f"{key}/rank{rank}")
+            ranks.append(more)
+        stacked = torch.stack(ranks + [torch.ones_like(bits)], dim=1)  # the last column: no rank hits
+        return stacked.long().argmax(dim=1)
 
     def _bits(self, n: int, key: str) -> torch.Tensor:
         if self.kind == "pattern":
@@ -85,6 +109,14 @@ class AcceptanceControl:
         computed and discarded: it is what the timing must include)."""
         ref = self.reference[pos]
         return torch.where(self.accept[pos], ref, (ref + 1) % self.vocab_size).view_as(token)
+
+    def propose_children(self, children: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Tree rounds: the controlled children [w, k] (sibling ranks 0..k-1) of nodes whose children
+        sit at position `pos` [1]: the target's token at its hit rank, distinct wrong tokens elsewhere."""
+        ref = self.reference[pos]
+        ranks = self.ranks[: children.shape[1]]
+        chosen = torch.where(ranks == self.hit_rank[pos], ref, (ref + 1 + ranks) % self.vocab_size)
+        return chosen.expand_as(children)
 
     def accept_numbers(self, positions: torch.Tensor) -> torch.Tensor:
         """Sampling: the accept numbers [n] of the draft tokens at `positions` (on the verify device)."""

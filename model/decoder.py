@@ -29,21 +29,24 @@ import torch.nn.functional as F
 from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
+from contracts.trees import CHAIN, TreeShape
 from model import sampling, schedules
+from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_noise import SamplingNoise
 from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
+from model.tree_rounds import TreeRounds, check_tree, head_kind
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
 
 
-def cache_room(prompt_len: int, new_tokens: int, K: int) -> int:
+def cache_room(prompt_len: int, new_tokens: int, K: int, nodes: int = 0) -> int:
     """Cache slots a generation may touch: the last round and a look-ahead run past the new tokens,
-    and fixed-width dummies sit past the last real row."""
-    return prompt_len + new_tokens + 2 * K + 3 + width(K)
+    and fixed-width dummies sit past the last real row (a tree of `nodes` nodes: K is its depth)."""
+    return prompt_len + new_tokens + 2 * K + 3 + width(max(K, nodes))
 
 
 def width(K: int) -> int:
@@ -267,6 +270,7 @@ class HostRound:
     verify_skipped: bool = False
     lookahead_used: bool | None = None
     drafter: str | None = None  # with a policy (model/drafting.py): the round's drafter
+    nodes: int | None = None  # a tree round: the nodes drafted and verified
 
 
 @dataclass
@@ -292,6 +296,7 @@ class Run:
     rounds: list[HostRound] = field(default_factory=list)
     prompt: torch.Tensor | None = None  # [P] on the target device (prompt lookup searches it)
     cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (model/drafting.py)
+    moves: torch.Tensor | None = None  # tree rounds: the last round's cache moves [3, depth] (docs/design.md)
 
     def more(self) -> bool:
         """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
@@ -363,7 +368,11 @@ class Decoder:
         drafting=None,
         tensor_parallel=None,
         sampling: SamplingSettings = GREEDY,
+        tree: TreeShape = CHAIN,
     ):
+        check_tree(tree, (), sampling.greedy, head_kind(draft_head), drafting is None and tensor_parallel is None)
+        if tree.kind != "chain":
+            K = tree.depth  # a tree round is a chain round of K = depth steps, verifying every node
         if K < 1:
             raise UsageError(f"K must be >= 1 (draft tokens per round), got {K}")
         if draft is not None and draft_head is None:
@@ -392,8 +401,11 @@ class Decoder:
         streams = {self.draft_device: "draft-device", self.target_device: "target-device"}
         self.clock = PhaseClock(phases, timeline, streams)
         use_width = self.target_device.type == "cuda" if fixed_width is None else fixed_width
-        self.rows = width(K) if use_width else None
-        self.positions = torch.arange(max(K + 2, self.rows or 0), device=self.target_device)
+        self.tree = tree
+        if tree.kind != "chain":  # the tree mask lives in the one-pass attention: reference and verify both use it
+            target.attention_split_slots = None
+        self.rows = width(max(K, tree.node_count if tree.kind != "chain" else 0)) if use_width else None
+        self.positions = torch.arange(max(K + 2, self.rows or 0, tree.node_count + 1), device=self.target_device)
         self.positions_on_draft = self.positions.to(self.draft_device)
         # a used look-ahead of a K-token block moves the draft's cursor K + 1 on (per K: a policy varies it)
         self.past_lookahead = {k: torch.tensor([0, 0, k + 1], device=self.draft_device) for k in range(1, K + 1)}
@@ -409,6 +421,8 @@ class Decoder:
         # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
         self.steppers = {"draft-model": (self._body, self._heads, self.draft_device, "draft")}
         self.drafting = drafting.attach(self, graphs) if drafting is not None else None
+        rounds = DynamicTreeRounds if tree.kind == "dynamic" else TreeRounds
+        self.trees = rounds(self, tree, graphs) if tree.kind != "chain" and draft is not None else None
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
@@ -461,6 +475,8 @@ class Decoder:
                 hidden, pos = self._body(tokens, start.to(self.draft_device))
                 for head in self._heads:
                     head(hidden, pos, tokens[:, -1:])
+        if self.trees is not None:
+            self.trees.capture()
         for device in {self.target_device, self.draft_device}:
             torch.cuda.synchronize(device)
 
@@ -474,6 +490,7 @@ class Decoder:
             raise UsageError(f"schedule {schedule} needs a draft model")
         if self.drafting is not None and schedule != "baseline":
             self.drafting.check(schedule)
+        check_tree(self.tree, (schedule,))
         if max_new_tokens < 1 or not prompt_ids:
             raise UsageError("need a non-empty prompt and max_new_tokens >= 1")
         self._check_room(len(prompt_ids), max_new_tokens)
@@ -504,7 +521,7 @@ class Decoder:
         return self.generate(prompt_ids, length, "baseline", sample).tokens
 
     def _check_room(self, prompt_len: int, max_new: int) -> None:
-        need = cache_room(prompt_len, max_new, self.K)
+        need = cache_room(prompt_len, max_new, self.K, self.tree.node_count if self.trees is not None else 0)
         models = [self.target] + ([self.draft] if self.draft is not None else [])
         have = min(m.max_seq_len for m in models)
         if need > have:
@@ -587,6 +604,8 @@ class Decoder:
                     gap_ms,
                     gaps,
                     host.drafter,
+                    None if host.nodes is None else self.tree.label,
+                    host.nodes,
                 )
             )
             emitted_before += acc + 1
@@ -607,7 +626,8 @@ class Decoder:
 
     def begin_round(self, run: Run, proposed: int, drafter: str | None = None) -> HostRound:
         self.clock.next_round()
-        run.rounds.append(HostRound(proposed, drafter=drafter))
+        nodes = self.trees.nodes if self.trees is not None and proposed else None
+        run.rounds.append(HostRound(proposed, drafter=drafter, nodes=nodes))
         return run.rounds[-1]
 
     def draft_steps(
@@ -640,6 +660,8 @@ class Decoder:
         Other arms (another drafter, another K) are proposed by `drafting` (model/drafting.py)."""
         if arm is not None and self.drafting is not None:
             return self.drafting.propose(run, arm)
+        if self.trees is not None:
+            return Proposals(self.trees.propose(run))
         cursor = run.draft_cursor
         return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
 
@@ -668,6 +690,16 @@ class Decoder:
     def to_draft(self, run: Run) -> None:
         """copy_tokens of the cursor (prev, f, p) to the draft device: on the target device's stream,
         with the same two-way barrier."""
+        if self.trees is not None:  # the cursor and the round's cache moves travel in one copy
+            packed = torch.cat([run.cursor, run.moves.view(-1)])
+            if self.copies:
+                self._event("copy_tokens", "target", packed.numel())
+                with self.clock.span("copy_tokens", self.target_device):
+                    packed = packed.to(self.draft_device, non_blocking=True)
+            run.draft_cursor = packed[:3]
+            with self.clock.phase("finalize", self.draft_device):  # the crop of the draft's cache
+                self.trees.to_draft(run, packed[3:].view(3, -1))
+            return
         if self.copies:
             self._event("copy_tokens", "target", run.cursor.numel())
             with self.clock.span("copy_tokens", self.target_device):  # on the source's stream
@@ -685,6 +717,8 @@ class Decoder:
             run.verify_calls += 1
         self._event("append" if standalone else "verify", "target", tokens.numel())
         with self.clock.phase("verify", self.target_device):
+            if self.trees is not None and not standalone:
+                return self.trees.verify(tokens, start)
             return self._target(tokens.view(1, -1), start)
 
     def append(self, run: Run) -> torch.Tensor:
@@ -701,6 +735,8 @@ class Decoder:
         device): greedy, d1 == t*; sampling, the rejection test of d1 against the standalone append's
         distribution p_1 with the accept number of d1's position: exactly the test `settle` repeats
         at position 1, so a skipped verify is a round that accepts nothing."""
+        if self.trees is not None:
+            return self.trees.first_accepted(run, drafts.tokens)
         if self.sampling.greedy:
             return drafts.tokens[:1] == run.pending
         d1 = drafts.tokens[:1].view(1, 1)
@@ -725,6 +761,8 @@ class Decoder:
         the round's verification (`self.verifier`: the fused kernel of model/sampling_triton.py on a
         GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. The cursor moves to
         f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
+        if self.trees is not None and seq.numel() > 1:
+            return self.trees.settle(run, seq, preds)
         drafted = seq.numel() - 1
         if self.sampling.greedy:
             a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)

@@ -73,10 +73,12 @@ def qk_norm_rope_cache(
     v_cache: torch.Tensor,
     n_heads: int,
     eps: float,
+    rope: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """qkv [n, (H + 2 Hkv) * hd] from the merged projection -> q [n, H, hd] normed and rotated;
     k normed and rotated, and v, are written into the caches [1, Hkv, S, hd] at slots `pos`. Without
-    norm weights (Llama) q and k are only rotated."""
+    norm weights (Llama) q and k are only rotated. Rotation is at positions `rope` (default `pos`:
+    a tree's nodes sit at slots past their positions)."""
     n = qkv.shape[0]
     norm = q_weight is not None
     _, n_kv, slots, head_dim = k_cache.shape
@@ -89,6 +91,7 @@ def qk_norm_rope_cache(
             cos,
             sin,
             pos,
+            pos if rope is None else rope,
             q,
             k_cache,
             v_cache,
@@ -110,11 +113,15 @@ def attention(
     pos: torch.Tensor,
     scale: float,
     split_slots: int | None = SPLIT_SLOTS,
+    tree=None,
 ) -> torch.Tensor:
-    """q [n, H, hd] at positions pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
-    attends to slots <= pos[i]. Slots above the largest position are never read. With `split_slots`
-    (and at most SPLIT_MAX_TOKENS tokens), programs over slots [s * split_slots, (s + 1) * split_slots) write partial sums that a second kernel
-    combines per row, over the splits up to that row's position, in split order."""
+    """q [n, H, hd] at slots pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
+    attends to slots <= pos[i], or with `tree` (rope, ancestors [n] int64, base [1]) to the slots
+    below base and the slots base + j whose bit j is set in ancestors[i] (model.transformer.tree_visible):
+    the mask is computed per score from one 64-bit word per query, never stored. Slots above the
+    largest position are never read. With `split_slots` (no tree, at most SPLIT_MAX_TOKENS tokens),
+    programs over slots [s * split_slots, (s + 1) * split_slots) write partial sums that a second
+    kernel combines per row, over the splits up to that row's position, in split order."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
@@ -122,10 +129,24 @@ def attention(
     out = torch.empty((n, n_heads * head_dim), dtype=q.dtype, device=q.device)
     row_blocks = triton.cdiv(rows, ATTENTION_BLOCK_M)
     shape = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_M": ATTENTION_BLOCK_M, "BLOCK_N": ATTENTION_BLOCK_N}
-    if split_slots is None or n > SPLIT_MAX_TOKENS:
+    if tree is not None or split_slots is None or n > SPLIT_MAX_TOKENS:
+        ancestors, tree_base = (pos, pos) if tree is None else (tree[1], tree[2])
         with _on(q.device):
             _attention_kernel[(n_kv, row_blocks)](
-                q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4
+                q,
+                k_cache,
+                v_cache,
+                pos,
+                ancestors,
+                tree_base,
+                out,
+                n,
+                slots,
+                scale,
+                n_heads,
+                TREE=tree is not None,
+                **shape,
+                num_warps=4,
             )
         return out
     if split_slots % ATTENTION_BLOCK_N:
@@ -221,6 +242,7 @@ if triton is not None:
         cos_ptr,
         sin_ptr,
         pos_ptr,
+        rope_ptr,
         q_ptr,
         k_ptr,
         v_ptr,
@@ -236,8 +258,9 @@ if triton is not None:
         HALF: tl.constexpr = HEAD_DIM // 2
         half = tl.arange(0, HALF)
         p = tl.load(pos_ptr + tok)
-        c = tl.load(cos_ptr + p * HEAD_DIM + half).to(tl.float32)  # the table repeats: cos[:half] == cos[half:]
-        s = tl.load(sin_ptr + p * HEAD_DIM + half).to(tl.float32)
+        r = tl.load(rope_ptr + tok)
+        c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)  # the table repeats: cos[:half] == cos[half:]
+        s = tl.load(sin_ptr + r * HEAD_DIM + half).to(tl.float32)
         src = qkv_ptr + tok * (H + 2 * HKV) * HEAD_DIM + head * HEAD_DIM
         x1 = tl.load(src + half).to(tl.float32)
         x2 = tl.load(src + HALF + half).to(tl.float32)
@@ -262,11 +285,14 @@ if triton is not None:
         k_ptr,
         v_ptr,
         pos_ptr,
+        ancestors_ptr,
+        base_ptr,
         o_ptr,
         n,
         S,
         scale,
         H,
+        TREE: tl.constexpr,
         GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
@@ -285,6 +311,9 @@ if triton is not None:
         q = tl.load(q_ptr + row_offsets, mask=valid[:, None], other=0.0)
         p = tl.load(pos_ptr + tok, mask=valid, other=-1)
         end = tl.max(p, axis=0) + 1
+        if TREE:
+            tree_base = tl.load(base_ptr)
+            ancestors = tl.load(ancestors_ptr + tok, mask=valid, other=0)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -295,7 +324,14 @@ if triton is not None:
             offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
             k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
             scores = tl.dot(q, tl.trans(k)) * scale
-            scores = tl.where(slot[None, :] <= p[:, None], scores, float("-inf"))
+            if TREE:  # below the base, or a set ancestor bit (a shift by 0..63 only)
+                offset = slot - tree_base
+                in_tree = (offset >= 0) & (offset < 64)
+                bit = (ancestors[:, None] >> tl.where(in_tree, offset, 0).to(tl.int64)[None, :]) & 1
+                visible = (offset < 0)[None, :] | (in_tree[None, :] & (bit == 1))
+            else:
+                visible = slot[None, :] <= p[:, None]
+            scores = tl.where(visible, scores, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=1))
             weights = tl.exp(scores - new_max[:, None])
             rescale = tl.exp(running_max - new_max)

@@ -11,6 +11,7 @@ import torch
 from contracts import PLACEMENTS, UsageError
 from contracts.heads import HeadSpec, check_assets, parse_head
 from contracts.names import TENSOR_PARALLEL_PLACEMENT, tensor_parallel_size
+from contracts.trees import CHAIN, TreeShape
 from model import tensor_parallel
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
@@ -81,9 +82,10 @@ class Pair:
         models = [m for m in (self.target, self.draft) if m is not None]
         return "synthetic" if any(m.info["weights"] == "synthetic" for m in models) else "real"
 
-    def size_caches(self, prompt_lengths: list[int], new_tokens: int, K: int) -> int:
-        """Static caches big enough for the longest prompt, `new_tokens` and a K-token look-ahead."""
-        self.room = cache_room(max(prompt_lengths), new_tokens, K)
+    def size_caches(self, prompt_lengths: list[int], new_tokens: int, K: int, nodes: int = 0) -> int:
+        """Static caches big enough for the longest prompt, `new_tokens`, a K-token look-ahead and a
+        tree verify of `nodes` nodes."""
+        self.room = cache_room(max(prompt_lengths), new_tokens, K, nodes)
         for m in (self.target, self.draft):
             if m is not None:
                 if not isinstance(m.model, DraftStandIn):
@@ -167,6 +169,7 @@ class Pair:
         timeline: bool = False,
         drafting=None,
         sampling: SamplingSettings = GREEDY,
+        tree: TreeShape = CHAIN,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -183,6 +186,7 @@ class Pair:
             drafting=drafting,
             tensor_parallel=self.tensor_parallel,
             sampling=sampling,
+            tree=tree,
         )
 
 

@@ -38,7 +38,7 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
         run.known(n, eos)
         host.verify_skipped = not same
         if host.verify_skipped:  # no verify: accepted 0, f = t* (sampling: f from the residual of p_1 and q_1)
-            preds = run.pending.expand(K + 1, *run.pending.shape[1:])
+            preds = run.pending.expand(drafts.numel() + 1, *run.pending.shape[1:])
         else:
             preds = torch.cat([run.pending, dec.verify(run, drafts.tokens, run.cursor[2:3] + 1)])  # verify(K)
         dec.settle(run, torch.cat([run.cursor[1:2], drafts.tokens]), preds, drafts.probs)

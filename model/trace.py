@@ -27,6 +27,8 @@ class Round:
     host_gap_ms: float | None = None  # host time from this round's reads to their next launches
     host_gaps: int | None = None  # how many such gaps
     drafter: str | None = None  # with a policy: the drafter that proposed the round's block
+    tree: str | None = None  # a tree round: the tree's label (contracts.trees); accepted = the path's length
+    nodes: int | None = None  # a tree round: the nodes verified
 
 
 @dataclass
@@ -85,6 +87,8 @@ def trace_lines(
             line["host_gap_ms"], line["host_gaps"] = round(r.host_gap_ms, 6), r.host_gaps
         if r.drafter is not None:
             line["drafter"] = r.drafter
+        if r.tree is not None:
+            line["tree"], line["nodes"] = r.tree, r.nodes
         if runs is not None:
             line.setdefault("drafter", "draft-model")
             line["runs"] = {name: values[position : position + r.emitted] for name, values in runs.items()}

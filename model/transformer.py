@@ -97,6 +97,16 @@ def _llama3_frequencies(inv_freq: torch.Tensor, scaling: Llama3RopeScaling) -> t
     return torch.where(medium, smoothed, scaled)
 
 
+def tree_visible(slots: torch.Tensor, ancestors: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """The tree rule as a boolean mask [n, slots]: query i sees every slot below `base` (the committed
+    context and the round's root token) and the slots base + j whose bit j is set in `ancestors[i]`
+    (its ancestors and itself among the tree's nodes, one slot per node in breadth-first order)."""
+    offset = slots[None, :] - base
+    inside = (offset >= 0) & (offset < 64)
+    bits = (ancestors[:, None] >> offset.clamp(0, 63)) & 1
+    return (offset < 0) | (inside & (bits == 1))
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -261,28 +271,35 @@ class Transformer(nn.Module):
             self.register_buffer(_rope_name("sin", sliding), sin.to(device, dtype), persistent=False)
         self.max_seq_len = max_seq_len
 
-    def _attention_inputs(self, pos: torch.Tensor, sliding: bool) -> tuple[torch.Tensor, ...]:
+    def _attention_inputs(self, pos: torch.Tensor, sliding: bool, tree=None) -> tuple[torch.Tensor, ...]:
         """(cos, sin, mask) for one kind of layer: RoPE rows [n, head_dim] of the positions, and the
-        boolean mask [group * n, max_seq_len] in Attention's stacked-query order."""
-        allowed = self.slots[None, :] <= pos[:, None]
-        if sliding:
-            allowed = allowed & (self.slots[None, :] > pos[:, None] - self.config.sliding_window)
+        boolean mask [group * n, max_seq_len] in Attention's stacked-query order (with `tree`, the
+        explicit form of the tree rule: the reference the fused kernel is tested against)."""
+        rope = pos if tree is None else tree[0]
+        if tree is None:
+            allowed = self.slots[None, :] <= pos[:, None]
+        else:
+            allowed = tree_visible(self.slots, tree[1], tree[2])
+        if sliding:  # tree slots hold positions within MAX_NODES of their queries: inside any real window
+            near = self.slots[None, :] > rope[:, None] - self.config.sliding_window
+            allowed = allowed & (near if tree is None else near | (self.slots >= tree[2])[None, :])
         group = self.config.n_heads // self.config.n_kv_heads
-        cos = getattr(self, _rope_name("cos", sliding))[pos]
-        sin = getattr(self, _rope_name("sin", sliding))[pos]
+        cos = getattr(self, _rope_name("cos", sliding))[rope]
+        sin = getattr(self, _rope_name("sin", sliding))[rope]
         return cos, sin, allowed.repeat(group, 1)
 
-    def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None) -> torch.Tensor:
         """tokens LongTensor [1, n], pos LongTensor [n] (on the model's device) -> hidden states
         [1, n, hidden] after the final norm. Writes the tokens' K/V at slots `pos`; see the class
-        docstring for the cache contract."""
+        docstring for the cache contract. `tree` (rope [n], ancestors [n], base [1]): tree attention
+        instead of the causal rule (`tree_visible`); the tokens are rotated at positions `rope`."""
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward_hidden()")
         if tokens.dim() != 2 or tokens.shape[0] != 1 or pos.shape != (tokens.shape[1],):
             raise ValueError(f"expected tokens [1, n] and pos [n], got {tuple(tokens.shape)} and {tuple(pos.shape)}")
         if self.kernels == "fused":
-            return self._forward_fused(tokens, pos)
-        attention_inputs = {sliding: self._attention_inputs(pos, sliding) for sliding in self._layer_kinds}
+            return self._forward_fused(tokens, pos, tree)
+        attention_inputs = {sliding: self._attention_inputs(pos, sliding, tree) for sliding in self._layer_kinds}
         x = self.embed_tokens(tokens)
         if self.config.arch == "gemma3":
             x = x * _rounded(self.config.hidden_size**0.5, x.dtype)
@@ -337,7 +354,7 @@ class Transformer(nn.Module):
             out.update({f"{prefix}{module}.{part}.{field}": piece for part, piece in zip(parts[merged], pieces)})
         return out
 
-    def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None) -> torch.Tensor:
         """forward_hidden with ~10 launches per layer; each residual add is fused into the next norm."""
         eps = self.config.rms_norm_eps
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
@@ -356,13 +373,16 @@ class Transformer(nn.Module):
                 attn.v_cache,
                 attn.n_heads,
                 eps,
+                rope=None if tree is None else tree[0],
             )
             h, x = fused_ops.rms_norm(
                 h,
                 layer.post_attention_layernorm.weight,
                 eps,
                 attn.o_proj(
-                    fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale, self.attention_split_slots)
+                    fused_ops.attention(
+                        q, attn.k_cache, attn.v_cache, pos, attn.scale, self.attention_split_slots, tree
+                    )
                 ),
             )
             delta = mlp.down_proj(fused_ops.silu_mul(mlp.gate_up_proj(x)))

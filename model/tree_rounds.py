@@ -1,0 +1,278 @@
+"""Token-tree rounds of the speculative decoder (docs/design.md, "Token trees").
+
+A tree round drafts a static tree (contracts.trees: top-k per depth, or a list of paths) with one
+draft forward per depth over the whole frontier, verifies every node in one target forward with tree
+attention, accepts the longest root-to-node path that the target's greedy choices agree with, and
+compacts the accepted path's key-value entries into place in both caches.
+
+Cache layout of a round whose root token f sits at position (and slot) p: node i (breadth-first)
+is written at slot p + 1 + i, rotated at position p + depth(i), and attends to the slots <= p and
+to its ancestors' slots and its own (one 64-bit word per node, `ancestor_bits`). After the verify,
+the accepted path's entries move from slots p + 1 + node to slots p + 1, p + 2, ...: the caches
+then hold what a chain round that drafted exactly the accepted tokens would have left. Rejected
+branches need no trimming beyond that: the cursor moves to p + a + 1 and every slot above it is
+masked until it is written again.
+
+Everything here runs on the device with fixed shapes (graph-capturable); the host learns the
+accepted length only at the round's read, as in chain rounds.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from contracts import UsageError
+from contracts.trees import ROOT, TreeShape, ancestors, node_depths
+from model.graphs import GraphedCall
+from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
+
+TREE_SCHEDULES = ("ordinary", "deferred")  # the schedules that run tree rounds (docs/design.md)
+TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's children
+
+
+def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: str = "dense", alone: bool = True):
+    """One line for every combination a tree cannot run with, before any work starts. `head_kind`: the
+    draft head's kind (contracts.heads); `alone`: the draft model drafts alone (no policy, no tpN)."""
+    if tree.kind == "chain":
+        return
+    label = f"--tree {tree.label}"
+    if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > 64:
+        raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most 64")
+    bad = [s for s in schedules if s not in TREE_SCHEDULES + ("baseline",)]
+    if bad:
+        raise UsageError(
+            f"{label} runs with the schedules {', '.join(TREE_SCHEDULES)} (and baseline), not {', '.join(bad)}"
+        )
+    if not greedy:
+        raise UsageError(f"{label}: trees decode greedily (--temperature 0); sampled trees are not implemented")
+    if not alone:
+        raise UsageError(f"{label}: trees run with the draft model on one or two devices (no policy, drafter or tpN)")
+    if head_kind not in TREE_HEADS:
+        raise UsageError(f"{label}: trees rank children with {', '.join(TREE_HEADS)} heads, not {head_kind}")
+
+
+def head_kind(draft_head) -> str:
+    """The contracts.heads kind of a draft head object (a router anywhere makes it a router)."""
+    kinds = {DenseHead: "dense", FlashHead: "flashhead", ShortlistHead: "shortlist"}
+    found = [kinds.get(type(head), "router") for head in heads_by_position(draft_head)] if draft_head else []
+    return "router" if "router" in found else (found[0] if found else "dense")
+
+
+def top_children(head, hidden: torch.Tensor, k: int) -> torch.Tensor:
+    """The head's k best tokens [n, k] for hidden states [n, d], best first. k = 1 is the head's own
+    argmax (so a 1-wide tree drafts exactly the chain's tokens); k > 1 ranks the tokens the head
+    scores (all for dense, the probed clusters for FlashHead, the shortlist's rows)."""
+    if k == 1:
+        return head.argmax(hidden).view(-1, 1)
+    if isinstance(head, ShortlistHead):
+        scores = F.linear(hidden.to(head.weight.dtype), head.weight[head.tokens])
+        return head.tokens[scores.topk(k, dim=-1).indices]
+    return head.logits(hidden).topk(k, dim=-1).indices
+
+
+@dataclass
+class _Depth:
+    """One draft forward of a round: the nodes fed (None: the root, fed as [prev, f]) and where each
+    new node's token comes from (row of the forward, sibling rank)."""
+
+    fed: torch.Tensor | None
+    children: torch.Tensor  # node indices created at this depth
+    rows: torch.Tensor  # for each, the row of its parent among the fed
+    ranks: torch.Tensor
+    top_k: int
+
+
+def ancestor_bits(parents: tuple[int, ...]) -> list[int]:
+    """Per node, the bitmask of its ancestors and itself (bit j: node j), as signed 64-bit values."""
+    words = []
+    for node in range(len(parents)):
+        word = sum(1 << j for j in ancestors(parents, node))
+        words.append(word - (1 << 64) if word >= 1 << 63 else word)
+    return words
+
+
+class TreeRounds:
+    """A decoder's static tree: the device tables, the draft forwards per depth, the tree verify and
+    the accept-and-compact step. `dec` is the model.decoder.Decoder that owns it."""
+
+    def __init__(self, dec, tree: TreeShape, graphs: bool):
+        self.dec, self.tree = dec, tree
+        self.nodes, self.depth = tree.node_count, tree.depth
+        parents, depths = tree.parents, node_depths(tree.parents)
+        target, draft = dec.target_device, dec.draft_device
+        bits = ancestor_bits(parents)
+        self.parents = torch.tensor([max(p, 0) for p in parents], device=target)
+        self.from_root = torch.tensor([p == ROOT for p in parents], device=target)
+        self.depths = torch.tensor(depths, device=target)
+        # row r of the target's tree forward: rotation offset from p, and ancestor word (0: causal rows)
+        rows = dec.rows or self.nodes + 1
+        self.verify_rope = torch.arange(rows + 1, device=target)
+        self.verify_rope[1 : self.nodes + 1] = self.depths
+        self.verify_bits = torch.zeros(rows + 1, dtype=torch.long, device=target)
+        self.verify_bits[1 : self.nodes + 1] = torch.tensor(bits, device=target)
+        # per node, its ancestors at depths 1..D (itself last); padded with the node itself
+        table = [list(ancestors(parents, i)) for i in range(self.nodes)]
+        self.path_table = torch.tensor([row + [row[-1]] * (self.depth - len(row)) for row in table], device=target)
+        self.steps = torch.arange(self.depth, device=target)
+        self.draft_slot = torch.arange(self.nodes, device=target)  # node -> its slot offset in the draft's cache
+        self.capturing = False
+        self.bits_on_draft = torch.tensor(bits, device=draft)
+        self.depths_on_draft = torch.tensor(depths, device=draft)
+        self.levels = []
+        for level in range(1, self.depth + 1):
+            fed = sorted({p for p, d in zip(parents, depths) if d == level and p != ROOT})
+            children = [i for i, d in enumerate(depths) if d == level]
+            row_of = {node: row for row, node in enumerate(fed)}
+            self.levels.append(
+                _Depth(
+                    None if level == 1 else torch.tensor(fed, device=draft),
+                    torch.tensor(children, device=draft),
+                    torch.tensor([row_of.get(parents[i], 0) for i in children], device=draft),
+                    torch.tensor([tree.ranks[i] for i in children], device=draft),
+                    max(tree.ranks[i] for i in children) + 1,
+                )
+            )
+        heads = heads_by_position(dec.draft_head)
+        self._tree_body = GraphedCall(self._tree_body_fn, enabled=graphs)
+        self._children = [
+            GraphedCall(partial(self._children_fn, head=heads[min(i, len(heads) - 1)], k=level.top_k), enabled=graphs)
+            for i, level in enumerate(self.levels)
+        ]
+        self._verify = GraphedCall(self._verify_fn, enabled=graphs)
+
+    # --- graph-captured functions ---------------------------------------------------------------
+    def _tree_body_fn(self, tokens, slots, rope, bits, base):
+        """Draft body over frontier nodes [1, w] at their slots, with tree attention -> hidden [w, d]."""
+        return self.dec.draft.forward_hidden(tokens, slots, (rope, bits, base))[0]
+
+    def _children_fn(self, hidden, pos, head, k):
+        """Top-k children [w, k] of each fed node; acceptance control replaces them (real cost kept)."""
+        children = top_children(head, hidden, k)
+        control = self.dec.control
+        return children if control is None else control.propose_children(children, pos)
+
+    def _verify_fn(self, tokens, start, rope, bits):
+        """The target over tokens [1, n] at slots start.. (padded to the decoder's fixed width) with
+        tree attention -> its argmax after each real row [n]."""
+        dec, n = self.dec, tokens.shape[1]
+        if dec.rows:
+            tokens = F.pad(tokens, (0, dec.rows - n))
+        width = tokens.shape[1]
+        slots = start + dec.positions[:width]
+        base = (start + 1 if n == self.nodes + 1 else start).view(1)  # the first node's slot
+        hidden = dec.target.forward_hidden(tokens, slots, (base - 1 + rope[:width], bits[:width], base))
+        return dec.target_head.argmax(hidden[0, :n])
+
+    def capture(self) -> None:
+        """Every graph a round uses, with dummy inputs (their cache writes are rewritten before read)."""
+        dec = self.dec
+        self.capturing = True
+        self._draft(torch.tensor([0, 0, 1], device=dec.draft_device))
+        start = torch.zeros(1, dtype=torch.long, device=dec.target_device)
+        for n in (self.nodes, self.nodes + 1):
+            self.verify(torch.zeros(n, dtype=torch.long, device=dec.target_device), start + 1)
+        self.capturing = False
+
+    def _step(self, phase: str, tokens: int):
+        """A draft forward's event and phase (neither while capturing graphs)."""
+        if self.capturing:
+            return nullcontext()
+        stream = self.dec.steppers["draft-model"][3]
+        if phase == "draft_body":
+            self.dec._event("draft_step", stream, tokens)
+        return self.dec.clock.phase(phase, self.dec.draft_device)
+
+    def _frontier(self, tokens: torch.Tensor, fed: torch.Tensor, p: torch.Tensor) -> tuple:
+        """The tree body's inputs for the nodes `fed` with tokens [w] in a round rooted at p."""
+        return tokens.view(1, -1), p + 1 + fed, p + self.depths_on_draft[fed], self.bits_on_draft[fed], p + 1
+
+    # --- a round ----------------------------------------------------------------------------------
+    def propose(self, run):
+        """One draft forward per depth: the root as [prev, f], then each depth's frontier nodes with
+        tree attention; every fed row ranks its children. Returns the node tokens [N] (draft device)."""
+        return self._draft(run.draft_cursor)
+
+    def _draft(self, cursor: torch.Tensor) -> torch.Tensor:
+        dec = self.dec
+        device = dec.draft_device
+        body = dec.steppers["draft-model"][0]
+        tokens = torch.empty(self.nodes, dtype=torch.long, device=device)
+        p = cursor[2:3]
+        for depth, level in enumerate(self.levels, start=1):
+            if level.fed is None:
+                with self._step("draft_body", 2):
+                    hidden, _ = body(cursor[:2].view(1, 2), p - 1)
+            else:
+                with self._step("draft_body", level.fed.numel()):
+                    hidden = self._tree_body(*self._frontier(tokens[level.fed], level.fed, p))
+            with self._step("draft_head", 0):
+                children = self._children[depth - 1](hidden, p + depth)
+            tokens[level.children] = children[level.rows, level.ranks]
+        return tokens
+
+    def first_accepted(self, run, nodes: torch.Tensor) -> torch.Tensor:
+        """The ordinary schedule's skip test: whether any depth-1 node equals the pending t*."""
+        return ((nodes == run.pending) & self.from_root).any().view(1)
+
+    def verify(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """The tree verify: [f, nodes] at p (deferred) or the nodes at p + 1 (ordinary)."""
+        rope, bits = (self.verify_rope, self.verify_bits)
+        if tokens.numel() == self.nodes:  # no root row: the rows start at the first node
+            rope, bits = rope[1:], bits[1:]
+        return self._verify(tokens.view(1, -1), start, rope, bits)
+
+    def settle(self, run, seq: torch.Tensor, preds: torch.Tensor):
+        """Accept and emit on the device. seq = [f, nodes], preds [N + 1]: the target's token after f,
+        then after each node. A node is good when its token is the target's choice after its parent
+        and its parent is good; a = the deepest good node's depth (good nodes form one path: siblings
+        differ). Emits the path and the bonus f' = the target's token after its last node, moves the
+        cursor to p + a + 1 and compacts the path in the target's cache (the draft's: `to_draft`)."""
+        dec = self.dec
+        nodes, root_pred, node_preds = seq[1:], preds[:1], preds[1:]
+        match = nodes == torch.where(self.from_root, root_pred, node_preds[self.parents])
+        good = match
+        for _ in range(self.depth - 1):
+            good = match & (self.from_root | good[self.parents])
+        reach = torch.where(good, self.depths, 0)
+        a = reach.max().view(1)
+        last = reach.argmax().view(1)
+        f = torch.where(a > 0, node_preds[last], root_pred)
+        path = self.path_table[last][0]  # the last good node's ancestors, itself last (padded)
+        block = torch.cat([nodes[path], f]).scatter_(0, a, f)
+        run.out.index_copy_(0, run.n + dec.positions[: self.depth + 1], block)
+        if dec.eos_id is not None:
+            run.eos |= ((block == dec.eos_id) & (dec.positions[: self.depth + 1] <= a)).any(0, keepdim=True)
+        run.n += a + 1
+        index = len(run.rounds) - 1
+        run.accepted[index : index + 1] = a
+        p = run.cursor[2:3]
+        moving = self.steps < a
+        fed = self.draft_slot[path]
+        run.moves = (
+            p
+            + 1
+            + torch.stack(
+                [torch.where(moving, path, self.steps), self.steps, torch.where(moving & (fed >= 0), fed, self.steps)]
+            )
+        )
+        compact(dec.target, run.moves[0], run.moves[1])
+        run.cursor = torch.cat([torch.cat([seq[:1], nodes[path]]).gather(0, a), f, p + a + 1])
+        return a, f
+
+    def to_draft(self, run, moved: torch.Tensor) -> None:
+        """The draft's side of the crop: the path's entries move in its cache (`moved`: the copied moves)."""
+        compact(self.dec.draft, moved[2], moved[1])
+
+
+def compact(model, source: torch.Tensor, destination: torch.Tensor) -> None:
+    """Copy every layer's K and V entries from the source slots to the destination slots [D] (read
+    first, then written: a source never lies below its destination)."""
+    for layer in model.layers:
+        attention = layer.self_attn
+        for cache in (attention.k_cache, attention.v_cache):
+            cache.index_copy_(2, destination, cache.index_select(2, source))

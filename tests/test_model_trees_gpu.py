@@ -1,0 +1,69 @@
+"""Token trees on CUDA (skipped without a GPU): graphs on and off, fused kernels, dense and FlashHead
+drafts: every static tree emits exactly target greedy under ordinary and deferred; every tree graph is
+captured up front; the decoder's fixed width covers the largest node budget."""
+
+import pytest
+import torch
+
+from contracts.trees import parse_tree
+from model.acceptance_control import AcceptanceControl
+from model.decoder import Decoder
+from model.flashhead import build_clustering
+from model.heads import DenseHead, FlashHead
+from model.loading import load_model
+from model.pair import resolve_placement
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
+
+PLACEMENTS = ["one-gpu"] + (["two-gpu"] if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else [])
+PROMPT = list(b"Speculative decoding on the GPU.")
+MAX_NEW, ROOM = 40, 256
+
+
+def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5"):
+    """Tiny float32 models (exact argmax comparisons need more than bfloat16's 8 bits)."""
+    _, target_device, draft_device = resolve_placement(placement)
+    target = load_model("tiny-qwen3", target_device, "float32", seed=1, max_seq_len=ROOM).model
+    draft = load_model("tiny-qwen3-draft", draft_device, "float32", seed=2, max_seq_len=ROOM).model
+    w = draft.head_weight
+    draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
+    control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
+    shape = parse_tree(tree)
+    dec = Decoder(target, draft, draft_head, graphs=graphs, control=control, tree=shape)
+    reference = dec.reference(PROMPT, MAX_NEW + 2 * shape.depth + 2)
+    if control is not None:
+        control.bind(reference, len(PROMPT), "p")
+    return dec, reference[:MAX_NEW]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("graphs", [True, False])
+@pytest.mark.parametrize("head", ["dense", "flashhead"])
+@pytest.mark.parametrize("spec", [None, "a=0.5", "a=1"])
+@pytest.mark.parametrize(
+    "tree", ["2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0", "1x1x1", "4x2x2x1", "dynamic:2,7,3", "dynamic:4,24,5"]
+)
+def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
+    dec, want = _decoder(placement, tree, head, graphs, spec)
+    depth = parse_tree(tree).depth
+    for schedule in ("baseline", "ordinary", "deferred"):
+        g = dec.generate(PROMPT, MAX_NEW, schedule)
+        assert g.tokens == want, schedule
+        assert sum(r.emitted for r in g.rounds) == MAX_NEW - 1
+        if spec == "a=1" and schedule != "baseline" and "x" in tree:  # a dynamic tree may leave the path out
+            assert all(r.accepted == depth for r in g.rounds[:-1]), schedule
+
+
+def test_the_largest_node_budget_widens_the_fixed_width_and_stays_exact():
+    dec, want = _decoder("one-gpu", "4x3x4", "dense", True, "a=0.5")  # 4 + 12 + 48 = 64 nodes
+    assert dec.rows == 65
+    assert dec.generate(PROMPT, MAX_NEW, "deferred").tokens == want
+
+
+def test_tree_graphs_are_captured_up_front():
+    dec, _ = _decoder("one-gpu", "2x2x1")
+    trees = dec.trees
+    counts = (trees._verify.captured, trees._tree_body.captured, sum(c.captured for c in trees._children))
+    assert counts == (2, 2, 3)  # verify of N and N + 1 rows; draft frontiers of 2 and 4 nodes; one per depth
+    dec.generate(PROMPT, MAX_NEW, "deferred")
+    assert (trees._verify.captured, trees._tree_body.captured) == (2, 2)
