@@ -257,7 +257,9 @@ def test_fused_attention_tree_rule_equals_the_dense_mask(base):
     q = torch.randn(n, n_heads, head_dim, generator=g)
     k_cache, v_cache = (torch.randn(1, n_kv, slots, head_dim, generator=g) for _ in range(2))
     k_cache[:, :, pos[-1] + 1 :], v_cache[:, :, pos[-1] + 1 :] = float("nan"), float("nan")  # never read
-    got = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, (rope, words, torch.tensor([base]))).view(n, n_heads, -1)
+    got = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=(rope, words, torch.tensor([base]))).view(
+        n, n_heads, -1
+    )
     mask = tree_visible(torch.arange(slots), words, torch.tensor([base]))
     for head in range(n_heads):
         kv = head // (n_heads // n_kv)
@@ -270,7 +272,7 @@ def test_fused_attention_tree_rule_equals_the_dense_mask(base):
         )
         assert torch.allclose(got[:, head], want[0, 0], atol=1e-5)
     broken = (rope, torch.zeros_like(words), torch.tensor([base]))  # the control: no ancestors at all
-    assert not torch.allclose(fused_ops.attention(q, k_cache, v_cache, pos, 0.3, broken).view(n, n_heads, -1), got)
+    assert not torch.allclose(fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=broken).view(n, n_heads, -1), got)
 
 
 @pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")
