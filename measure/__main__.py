@@ -13,8 +13,10 @@ from contracts.cli import OneLineParser, require_modules
 
 require_modules("python -m measure", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
+from contracts.names import tensor_parallel_size  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
 
+from . import tensor_parallel  # noqa: E402
 from .profiling import MeasureSettings, measure_profile  # noqa: E402
 
 DEFAULTS = MeasureSettings()
@@ -31,8 +33,8 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--draft", help=f"draft preset or checkpoint folder (default {DEFAULTS.draft})")
     add(
         "--placement",
-        choices=PLACEMENTS,
-        help="where the models run (default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+        help=f"where the models run: {', '.join(PLACEMENTS)} or tpN (default: two-gpu with 2 GPUs, one-gpu with 1, "
+        "else cpu); tpN times a target tensor-parallel over N GPUs (under torchrun) into --add-to's profile",
     )
     add("--dtype", help="activation/weight dtype (default bf16 on GPU, float32 on CPU)")
     add("--contexts", help="context lengths for forward and body costs (default 256,1024)")
@@ -51,6 +53,7 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--early-exit-layers", type=int, help="also time the early-exit drafter of the target's first L layers")
     add("--lookup-ngram", type=int, help="prompt lookup's max_matching_ngram_size for its timing (default 2)")
     if not overrides_only:
+        add("--add-to", help="with --placement tpN: the profile (with the draft's costs) that the section is added to")
         add("--out", required=True, help="the profile JSON to write (a Markdown summary goes beside it)")
     return p
 
@@ -66,6 +69,7 @@ def settings_from(argv: list[str], base: MeasureSettings = DEFAULTS, overrides_o
     """(settings, out path or None) from command-line options, over `base`."""
     given = {k: v for k, v in vars(_parser(overrides_only).parse_args(argv)).items() if v is not None}
     out = given.pop("out", None)
+    given.pop("add_to", None)
     for option in ("contexts", "prompt_lengths", "probes"):
         if option in given:
             given[option] = _ints(given[option], "--" + option.replace("_", "-"))
@@ -90,7 +94,18 @@ def main(argv=None) -> int:
 
     def body():
         settings, out = settings_from(argv)
-        for path in measure_profile(settings, Path(out), "python -m measure " + shlex.join(argv)):
+        command = "python -m measure " + shlex.join(argv)
+        if tensor_parallel_size(settings.placement or "") is not None:
+            args = _parser(False).parse_args(argv)
+            given = {k for k, v in vars(args).items() if v is not None}
+            base = tensor_parallel.check_request(settings, given, args.add_to, out)
+            written = tensor_parallel.measure_into(settings, base, Path(out), command)
+            if written is not None:
+                print(f"wrote {written} (tensor_parallel.{settings.placement} added to {args.add_to})")
+            return
+        if "--add-to" in argv:
+            raise UsageError("--add-to adds a tensor-parallel section: it goes with --placement tpN (e.g. tp2)")
+        for path in measure_profile(settings, Path(out), command):
             print(f"wrote {path}")
 
     return run_torch_command(body)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from contracts import UsageError
 from contracts.files import check_output_file
+from contracts.names import tensor_parallel_size
 from contracts.progress import Progress
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
@@ -69,6 +70,11 @@ def check_settings(settings: MeasureSettings) -> None:
     for option, values in positive.items():
         if not values or min(values) < 1:
             raise UsageError(f"{option} must be at least 1, got {','.join(map(str, values)) or 'nothing'}")
+    if tensor_parallel_size(settings.placement or "") is not None:
+        raise UsageError(
+            f"placement {settings.placement}: run torchrun --nproc-per-node N -m measure --placement "
+            f"{settings.placement} --add-to PROFILE (it adds the tensor-parallel target to a profile)"
+        )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):

@@ -7,10 +7,11 @@ by output rows, o_proj by input columns) and the MLP's intermediate features [r 
 (gate/up split by rows, down_proj by columns). AWQ int4 projections store W as [in, out] (model/awq.py), so the
 same split falls on the other dimension: column-parallel layers split qweight, qzeros and scales by output
 columns (whole blocks of 8 packed columns), row-parallel ones split them by input rows and groups, which
-needs each rank's input width to be a whole number of quantization groups. Each rank's o_proj and down_proj give a partial sum
-of the full output; a forward hook all-reduces it in place, so every rank carries the whole residual
-stream. The embedding, the norms and the LM head are replicated, not vocab-sharded: every rank
-computes the same logits and greedy tokens with no gather. Each rank's KV cache holds its own heads.
+needs each rank's input width to be a whole number of quantization groups. Each rank's o_proj and
+down_proj give a partial sum of the full output; a forward hook all-reduces it in place, so every rank
+carries the whole residual stream. The embedding, the norms and the LM head are replicated, not
+vocab-sharded: every rank computes the same logits and greedy tokens with no gather. Each rank's KV
+cache holds its own heads.
 
 Lockstep: every rank runs the same Decoder over its shard and issues the same forwards in the same
 order, so the collectives inside them match. Only the draft rank runs the draft; the others hold a

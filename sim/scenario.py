@@ -12,10 +12,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
-from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
+from contracts.names import (
+    POLICY_SCHEDULES,
+    REGIME_OF_GRAPHS_FLAG,
+    SIMULATED_POLICIES,
+    SPECULATIVE_SCHEDULES,
+    tensor_parallel_size,
+)
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
 
+from . import tensor_parallel
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
 from .schedules import Config
@@ -39,6 +46,7 @@ NAMED_KEYS = (
     "policy",
     "drafter",
     "arms_K",
+    "allreduce",
 )
 DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms below the scenario's K (the largest)
 
@@ -62,6 +70,7 @@ class Scenario:
     policies: tuple = ("fixed",)  # contracts.policies; `all` adds every fixed arm and the oracle
     drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
     arms_K: tuple = DEFAULT_ARMS_K
+    all_reduce_scale: float = 1.0  # a tensor-parallel target's all-reduce costs, scaled (what-if allreduce=xF)
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -139,7 +148,9 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key == "head":
         return replace(s, heads=_choices(label, value, HEADS))
     if key == "placement":
-        return replace(s, placement=_choices(label, value, PLACEMENTS)[0])
+        return replace(s, placement=value if tensor_parallel_size(value) else _choices(label, value, PLACEMENTS)[0])
+    if key == "allreduce":
+        return replace(s, all_reduce_scale=tensor_parallel.scale(label, value, NUMBER_LIMIT))
     if key == "graphs":
         return replace(s, graphs=_choices(label, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
     if key == "acceptance":
@@ -241,6 +252,10 @@ def resolve(s: Scenario) -> Resolved:
         )
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
+    if tensor_parallel_size(placement) is not None:
+        profile = tensor_parallel.placed(profile, placement, regime, s.all_reduce_scale, s.drafters, notes)
+    elif s.all_reduce_scale != 1:
+        raise UsageError("what-if allreduce scales a tensor-parallel target's all-reduces: it needs placement tpN")
     generations = _generations(s, source, profile)
     traced = isinstance(source, TraceReplay)
     _check_size(
