@@ -84,7 +84,8 @@ def check_profile(path: str, placement: str, graphs: bool) -> Profile:
     if not Path(path).is_file():
         raise UsageError(f"profile not found: {path} (pass a profile JSON from python -m measure, or --measure)")
     profile = load_profile(path)
-    if profile.placement != placement:
+    tensor_parallel = profile.raw.get("tensor_parallel") or {}  # a tpN run's target costs (sim/tensor_parallel.py)
+    if profile.placement != placement and placement not in tensor_parallel:
         raise UsageError(
             f"profile {path} was measured on placement {profile.placement}, this run uses {placement} "
             f"(measure again with --placement {placement}, or pass --measure)"
