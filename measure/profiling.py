@@ -70,11 +70,6 @@ def check_settings(settings: MeasureSettings) -> None:
     for option, values in positive.items():
         if not values or min(values) < 1:
             raise UsageError(f"{option} must be at least 1, got {','.join(map(str, values)) or 'nothing'}")
-    if tensor_parallel_size(settings.placement or "") is not None:
-        raise UsageError(
-            f"placement {settings.placement}: run torchrun --nproc-per-node N -m measure --placement "
-            f"{settings.placement} --add-to PROFILE (it adds the tensor-parallel target to a profile)"
-        )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
@@ -92,6 +87,11 @@ def default_probes(clusters: int) -> list[int]:
 def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple[Path, Path]:
     """Measure every cost on this machine and write the profile `out` and its summary `out`.md."""
     check_settings(settings)
+    if tensor_parallel_size(settings.placement or "") is not None:
+        raise UsageError(
+            f"placement {settings.placement}: run torchrun --nproc-per-node N -m measure --placement "
+            f"{settings.placement} --add-to PROFILE (it adds the tensor-parallel target to a profile)"
+        )
     check_output_file(Path(out), "--out")
     placement, target_device, _ = resolve_placement(settings.placement)
     regimes = settings.graphs or (("on", "off") if target_device.type == "cuda" else ("off",))

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from contracts import UsageError
 from contracts.files import check_output_file
 from contracts.profile import read_profile, write_profile
+from measure.profiling import check_settings
 from model import tensor_parallel
 from model.decoder import Decoder, cache_room, width
 from model.heads import DenseHead
@@ -51,6 +52,7 @@ DRAFT_OPTIONS = (
 
 def check_request(settings, given: set[str], add_to: str | None, out: str) -> dict:
     """The profile to add to, read and checked, before any process group or model (bad input: UsageError)."""
+    check_settings(settings)
     draft_options = sorted(given & set(DRAFT_OPTIONS))
     if draft_options:
         option = "--" + draft_options[0].replace("_", "-")
@@ -65,6 +67,8 @@ def check_request(settings, given: set[str], add_to: str | None, out: str) -> di
         )
     if settings.graphs is not None and len(settings.graphs) != 1:
         raise UsageError(f"--graphs: a {settings.placement} measurement takes one regime, on or off")
+    if settings.graphs == ("on",) and not torch.cuda.is_available():
+        raise UsageError("--graphs on needs GPUs (CUDA graphs)")
     check_output_file(Path(out), "--out")
     return read_profile(add_to)
 
@@ -74,8 +78,6 @@ def measure_into(settings, base: dict, out: Path, command: str) -> Path | None:
     section added as `out` (returned; None on the other ranks)."""
     ranks, device = tensor_parallel.init(settings.placement, "measure")
     graphs = device.type == "cuda" and (settings.graphs or ("on",)) == ("on",)
-    if settings.graphs == ("on",) and device.type != "cuda":
-        raise UsageError("--graphs on needs GPUs (CUDA graphs)")
     tokens = list(range(1, settings.K_max + 3))
     contexts, prompt_lengths = list(settings.contexts), list(settings.prompt_lengths)
     room = max(cache_room(max(contexts), 0, settings.K_max + 1), max(prompt_lengths))
@@ -142,7 +144,8 @@ def _decode_steps(model, K_max: int, graphs: bool, tokens, contexts, timing: Tim
 
 
 class Timing:
-    """Median and spread of one step's time in ms, every rank timing the same calls after a barrier."""
+    """Median and spread of one step's time in ms, every rank timing the same calls after a barrier, and
+    the host's time to issue it (the whole call on the CPU)."""
 
     def __init__(self, device: torch.device, reps: int, warmup: int):
         self.device, self.reps, self.warmup = device, reps, warmup
@@ -165,27 +168,30 @@ class Timing:
         return self._timed(graph.replay, ALL_REDUCE_CALLS)
 
     def _timed(self, call: Callable[[], object], per: int) -> dict:
-        times = []
+        times, issue = [], []
         for rep in range(self.warmup + self.reps):
             dist.barrier()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                call()
+            t0 = time.perf_counter()
+            call()
+            host = (time.perf_counter() - t0) * 1e3
+            if self.device.type == "cuda":
                 end.record()
                 end.synchronize()
                 elapsed = start.elapsed_time(end)
             else:
-                t0 = time.perf_counter()
-                call()
-                elapsed = (time.perf_counter() - t0) * 1e3
+                elapsed = host
             if rep >= self.warmup:
                 times.append(elapsed / per)
+                issue.append(host / per)
         ordered = sorted(times)
         return {
             "median_ms": statistics.median(times),
             "p10_ms": ordered[len(ordered) // 10],
             "p90_ms": ordered[(9 * len(ordered)) // 10],
             "n": len(times),
+            "host_ms": statistics.median(issue),
         }

@@ -27,22 +27,25 @@ class TensorParallelForward:
     name: str
     compute: Cost
     all_reduce: Cost
-    host: Cost  # the one-GPU target's issue time: a graph replay or an eager launch costs the host the same
     rows: str
     layers: int
     row_bytes: int  # hidden x dtype bytes: one row of an all-reduce message
     fixed_width: int | None
     all_reduce_scale: float
+    graphed: bool  # the all-reduces run inside the forward's CUDA graph: they cost the host nothing
 
-    def all_reduces_ms(self, tokens: float) -> float:
+    def _all_reduces(self, which: str, tokens: float) -> float:
         rows = max(tokens, self.fixed_width) if self.fixed_width and self.rows == "n_tokens" else tokens
-        return 2 * self.layers * self.all_reduce_scale * self.all_reduce.device_ms(bytes=rows * self.row_bytes)
+        one = getattr(self.all_reduce, which)(bytes=rows * self.row_bytes)
+        return 2 * self.layers * self.all_reduce_scale * one
 
     def device_ms(self, **axes) -> float:
-        return self.compute.device_ms(**axes) + self.all_reduces_ms(axes[self.rows])
+        return self.compute.device_ms(**axes) + self._all_reduces("device_ms", axes[self.rows])
 
     def host_ms(self, **axes) -> float:
-        return self.host.host_ms(**axes)
+        """The host's issue time: the rank's compute, and its all-reduces where they are launched one by one."""
+        issued = 0.0 if self.graphed else self._all_reduces("host_ms", axes[self.rows])
+        return self.compute.host_ms(**axes) + issued
 
     def extrapolations(self) -> list[str]:
         return self.compute.extrapolations() + self.all_reduce.extrapolations()
@@ -66,16 +69,17 @@ def placed(profile: Profile, placement: str, regime: str, all_reduce_scale: floa
     row_bytes = entry["hidden_size"] * entry["dtype_bytes"]
     all_reduce = Cost.parse(entry["all_reduce_ms"], f"{where}.all_reduce_ms", f"tensor_parallel.{placement}.all_reduce")
 
-    def forward(name: str, rows: str, host: Cost, flat: dict | None) -> TensorParallelForward:
+    def forward(name: str, rows: str, flat: dict | None, graphed: bool) -> TensorParallelForward:
         compute = Cost.parse(entry[name], f"{where}.{name}", f"tensor_parallel.{placement}.{name}", flat)
         return TensorParallelForward(
-            name, compute, all_reduce, host, rows, entry["layers"], row_bytes, entry["fixed_width"], all_reduce_scale
+            name, compute, all_reduce, rows, entry["layers"], row_bytes, entry["fixed_width"], all_reduce_scale, graphed
         )
 
     width = entry["fixed_width"]
     costs = copy.copy(base)
-    costs.verify = forward("forward_ms", "n_tokens", base.verify, {"n_tokens": width} if width else None)
-    costs.target_prefill = forward("prefill_ms", "prompt_len", base.target_prefill, None)
+    graphed = entry["regime"] == "graphs"  # decode forwards only: prefills are eager
+    costs.verify = forward("forward_ms", "n_tokens", {"n_tokens": width} if width else None, graphed)
+    costs.target_prefill = forward("prefill_ms", "prompt_len", None, False)
     costs.named = {**base.named, "target.forward_ms": costs.verify, "target.prefill_ms": costs.target_prefill}
     result = copy.copy(profile)
     result.costs = {**profile.costs, regime: costs}

@@ -224,6 +224,7 @@ CASES = [
         "--draft: a tp2 measurement times the target only",
     ),
     ("measure", ["--placement", "tp2", "--add-to", "{future_profile.json}"], "unknown profile schema"),
+    ("measure", ["--placement", "tp2", "--add-to", "{good_profile.json}", "--reps", "0"], "--reps must be at least 1"),
     (
         "measure",
         ["--placement", "tp2", "--target", "tiny-llama", "--add-to", "{good_profile.json}"],

@@ -39,6 +39,20 @@ def test_forward_is_compute_plus_two_all_reduces_per_layer_at_its_message_size(t
     assert one_gpu.device_ms(n_tokens=1, context=8) == pytest.approx(11.0)  # the profile's own target
 
 
+@pytest.mark.parametrize("regime, host", [("eager", 1.0 + 4 * 0.1), ("graphs", 1.0)])
+def test_the_host_issues_the_compute_and_eager_all_reduces(tmp_path, regime, host):
+    raw = tiny_profile()
+    section = tensor_parallel_section()
+    section["regime"] = regime
+    for point in section["forward_ms"]["points"]:
+        point["host_ms"] = 1.0
+    for point in section["all_reduce_ms"]["points"]:
+        point["host_ms"] = 0.1
+    raw["tensor_parallel"] = {"tp2": section}
+    _, forward = _forward(str(write(tmp_path, raw)[0]), ("placement", "tp2"))
+    assert forward.host_ms(n_tokens=1, context=8) == pytest.approx(host)
+
+
 def test_fixed_width_forwards_send_fixed_width_messages(tmp_path):
     _, forward = _forward(_profile(tmp_path, fixed_width=3), ("placement", "tp2"))
     wide = 0.5 + 0.5 * 16 / 56  # 3 rows of 8 bytes
