@@ -10,7 +10,7 @@ from contracts import UsageError
 from contracts.profile import check_profile
 from sim.__main__ import main as sim_main
 from sim.scenario import Scenario, resolve, run, with_change
-from tests.sim_fixtures import tensor_parallel_section, tiny_profile, write
+from tests.sim_fixtures import tensor_parallel_section, tiny_profile, trace_lines, write
 
 
 def _profile(tmp_path, **section):
@@ -102,3 +102,25 @@ def test_the_section_checker_names_what_is_wrong(change, message):
     raw["tensor_parallel"] = {"tp1": tensor_parallel_section()}
     with pytest.raises(UsageError, match="'tp1' is not a placement tpN"):
         check_profile(raw, "p")
+
+
+def test_validate_predicts_tensor_parallel_runs_from_the_section(tmp_path):
+    """A recorded tp2 run (baseline and deferred) is predicted with the TP target's costs."""
+    from validate.plan import Config, check_profile
+    from validate.predict import predict
+
+    path = _profile(tmp_path)
+    assert check_profile(path, "tp2", False).placement == "one-gpu"
+    with pytest.raises(UsageError, match="measured on placement one-gpu, this run uses tp4"):
+        check_profile(path, "tp4", False)
+    lines = trace_lines([1, 2, 0, 2], K=2)
+    trace = write(tmp_path, lines=lines)[0]
+    baseline = [dict(line, schedule="baseline") for line in lines]
+    one_gpu, _ = predict(path, trace, baseline, Config("baseline", "dense", 0), None, "one-gpu", False)
+    tp2, _ = predict(path, trace, baseline, Config("baseline", "dense", 0), None, "tp2", False)
+    assert one_gpu["decode_ms"] - tp2["decode_ms"] == pytest.approx(one_gpu["decode_tokens"] * (11.0 - 7.0))
+    deferred = [dict(line, schedule="deferred") for line in lines]
+    rows = [
+        predict(path, trace, deferred, Config("deferred", "dense", 2), None, p, False)[0] for p in ("one-gpu", "tp2")
+    ]
+    assert rows[1]["decode_ms"] < rows[0]["decode_ms"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from contracts import HEADS, SCHEDULES, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged
-from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
@@ -24,6 +24,7 @@ from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.pair import resolve_placement
 from model.prompts import select_prompts
 from model.trace import timeline_meta
+from sim import tensor_parallel
 from sim.profile import load_profile
 
 from . import report
@@ -295,7 +296,10 @@ def _predict_all(
     """Simulator (calibrated where the run's decoder instance was, and from the profile alone) and closed
     form for every recorded configuration; (results, the simulator's notes). For `drawn`, also the
     simulator's timeline of its first generation, as predicted (timeline-predicted.json)."""
-    costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    if tensor_parallel_size(placement) is not None:  # the closed form prices the TP target as the simulator does
+        profile = tensor_parallel.placed(profile, placement, regime, 1.0, (), [])
+    costs = profile.costs[regime]
     results, notes = [], []
     for config, probes, lines, summary in recorded:
         trace = folder / "traces" / f"{config.name}.trace.jsonl"
