@@ -109,8 +109,8 @@ def model_check(entry: dict, forward: TensorParallelForward, placement: str) -> 
         return f"{placement}: no measured forward with all-reduces to check the model against"
     gap, axes = max(gaps, key=lambda item: abs(item[0]))
     return (
-        f"{placement}: compute + all-reduces is within {100 * abs(gap):.1f}% of the measured forward with "
-        f"all-reduces (largest gap at n_tokens={axes['n_tokens']:g}, context={axes['context']:g})"
+        f"{placement} model check: compute + all-reduces is {100 * gap:+.1f}% off the decode step measured with "
+        f"its all-reduces at n_tokens={axes['n_tokens']:g}, context={axes['context']:g} (the largest gap)"
     )
 
 

@@ -32,7 +32,7 @@ def test_forward_is_compute_plus_two_all_reduces_per_layer_at_its_message_size(t
     assert forward.device_ms(n_tokens=1, context=8) == pytest.approx(5.0 + 4 * 0.5)  # 8-byte messages
     assert forward.device_ms(n_tokens=2, context=8) == pytest.approx(6.0 + 4 * (0.5 + 0.5 * 8 / 56))
     assert r.profile.costs[r.regime].target_prefill.device_ms(prompt_len=8) == pytest.approx(20.0 + 4 * 1.0)
-    assert any("within 0.0% of the measured forward" in note for note in r.notes)
+    assert any("model check: compute + all-reduces is +0.0% off" in note for note in r.notes)
     _, halved = _forward(_profile(tmp_path), ("placement", "tp2"), ("allreduce", "x0.5"))
     assert halved.device_ms(n_tokens=1, context=8) == pytest.approx(5.0 + 2 * 0.5)
     _, one_gpu = _forward(_profile(tmp_path))
