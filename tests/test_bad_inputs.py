@@ -249,6 +249,7 @@ CASES = [
     ("validate", ["--from-runs", "{runs}", "--profile", "{good_profile.json}"], "unknown summary schema"),
     ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
     ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
+    ("validate", [*VALIDATE, "--measure", "--placement", "tp2"], "placement tp2: record the runs with torchrun"),
 ]
 NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
 

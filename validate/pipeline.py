@@ -40,6 +40,7 @@ from .plan import (
     graphs_on,
     matrix,
     parse_ks,
+    refuse_tensor_parallel,
     report_folder,
     timeline_config,
 )
@@ -95,6 +96,7 @@ def run(args) -> Path:
     configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
     placement, target_device, _ = resolve_placement(args.placement)
+    refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
     if args.profile:
@@ -234,6 +236,7 @@ def run_from_runs(args) -> Path:
     }
     with staged(out) as folder:
         shutil.copytree(source, folder / "traces")
+        _name_by_configuration(folder / "traces", [p for p in summaries if not p.name.startswith("calibration-")])
         if measured_timeline.is_file():
             shutil.copyfile(measured_timeline, folder / MEASURED_TIMELINE)
         calibrations = calibrate(calibration_records, args.profile, placement, graphs)
@@ -249,6 +252,15 @@ def run_from_runs(args) -> Path:
         report.write(folder, results, meta)
     _print_results(results, out, meta["timeline"]["files"])
     return out
+
+
+def _name_by_configuration(traces: Path, summaries: list[Path]) -> None:
+    """`python -m model --out` names a run by its schedule; the report names it by its configuration."""
+    for path in summaries:
+        stem, name = path.name.removesuffix(".summary.json"), _recorded(path)[0].name
+        if stem != name:
+            for suffix in (".summary.json", ".trace.jsonl"):
+                (traces / f"{stem}{suffix}").rename(traces / f"{name}{suffix}")
 
 
 def _recorded(summary_path: Path) -> tuple:

@@ -11,7 +11,7 @@ import torch
 
 from contracts import UsageError
 from contracts.files import check_output_folder
-from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from model.acceptance_control import parse_spec
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
@@ -77,6 +77,15 @@ def graphs_on(graphs: str | None, target_device: torch.device) -> bool:
     if graphs == "on" and target_device.type != "cuda":
         raise UsageError("--graphs on needs a GPU placement (CUDA graphs); use --graphs off on the CPU")
     return graphs == "on"
+
+
+def refuse_tensor_parallel(placement: str) -> None:
+    """validate runs models in one process; a tpN run is recorded by torchrun and predicted with --from-runs."""
+    if tensor_parallel_size(placement) is not None:
+        raise UsageError(
+            f"placement {placement}: record the runs with torchrun --nproc-per-node N -m model --placement "
+            f"{placement} --out DIR/traces, then python -m validate --from-runs DIR --profile PROFILE"
+        )
 
 
 def check_profile(path: str, placement: str, graphs: bool) -> Profile:
