@@ -22,7 +22,8 @@ POLICY_SCHEDULES = ("deferred", "pipelined-deferred")
 # Where the two models run: target on cuda:0 and draft on cuda:1, both on cuda:0, or the CPU.
 PLACEMENTS = ("two-gpu", "one-gpu", "cpu")
 # And "tpN" (N >= 2): the target tensor-parallel over N GPUs, one process per GPU (launched by torchrun),
-# with the draft on rank 0's GPU. `python -m model` takes it; the profile and the simulator do not yet.
+# with the draft on rank 0's GPU. `python -m model` takes it; `measure` adds its costs to a profile's
+# `tensor_parallel` section, and the simulator reads them there.
 TENSOR_PARALLEL_PLACEMENT = "tpN"
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from contracts.cli import UsageError
 from contracts.files import read_json, write_atomic
 from contracts.heads import HEAD_KINDS, parse_head
-from contracts.names import PLACEMENTS, REGIMES
+from contracts.names import PLACEMENTS, REGIMES, tensor_parallel_size
 
 PROFILE_SCHEMA = "specloop.profile/1"
 READABLE_SCHEMAS = (PROFILE_SCHEMA, "flashspec.profile/1")  # the tool's earlier name
-AXES = ("n_tokens", "context", "prompt_len", "probes")
+AXES = ("n_tokens", "context", "prompt_len", "probes", "bytes")
 WEIGHTS = ("synthetic", "real", "study-derived")
 TIMING_FIELDS = ("median_ms", "p10_ms", "p90_ms", "host_ms")
 REQUIRED_COSTS = {
@@ -30,6 +30,15 @@ REQUIRED_COSTS = {
 # early-exit draft's step on the target device: its first L layers (table over n_tokens, context) and
 # the target's head (setup.early_exit_layers names L).
 OPTIONAL_COSTS = {"host": ("read_gap_ms",), "draft": ("lookup_ms", "early_exit_body_ms", "early_exit_head_ms")}
+# The optional `tensor_parallel` section: per placement tpN, a target tensor-parallel over N ranks, its
+# tables (axes) timing one rank: compute alone (all-reduces off), one all-reduce per message size, and the
+# decode step with its all-reduces (a check of compute + all-reduces).
+TENSOR_PARALLEL_COSTS = {
+    "forward_ms": ("n_tokens", "context"),
+    "prefill_ms": ("prompt_len",),
+    "all_reduce_ms": ("bytes",),
+    "measured_forward_ms": ("n_tokens", "context"),
+}
 
 
 def finite(value, where: str) -> float:
@@ -116,6 +125,42 @@ def check_profile(raw, source: str) -> None:
         check_trees(raw["trees"], source)
     if raw.get("heads") is not None:
         check_heads(raw["heads"], source)
+    if raw.get("tensor_parallel") is not None:
+        check_tensor_parallel(raw["tensor_parallel"], source)
+
+
+def check_tensor_parallel(section, source: str) -> None:
+    """The optional `tensor_parallel` section: {tpN: the target over N ranks}, each with `ranks` (N), the
+    `target`'s identity, the sizes of its all-reduce messages (`layers`, `hidden_size`, `dtype_bytes`,
+    `fixed_width`: rows of every decode forward, or null), the `regime` it was timed in, and the tables of
+    TENSOR_PARALLEL_COSTS over their axes."""
+    if not isinstance(section, dict) or not section:
+        raise UsageError(f"{source}: 'tensor_parallel' must be a non-empty object of placements tpN")
+    for placement, entry in section.items():
+        where = f"{source}: tensor_parallel.{placement}"
+        ranks = tensor_parallel_size(placement)
+        if ranks is None:
+            raise UsageError(f"{source}: tensor_parallel: {placement!r} is not a placement tpN (N >= 2, e.g. tp2)")
+        if not isinstance(entry, dict) or entry.get("ranks") != ranks:
+            raise UsageError(f"{where}.ranks must be {ranks}")
+        target = entry.get("target")
+        named = isinstance(target, dict) and isinstance(target.get("name"), str)
+        if not named or target.get("weights") not in WEIGHTS:
+            raise UsageError(f"{where}.target needs a 'name' and 'weights' (one of {', '.join(WEIGHTS)})")
+        for key in ("layers", "hidden_size", "dtype_bytes"):
+            value = entry.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{where}.{key} must be a positive integer")
+        width = entry.get("fixed_width")
+        if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+            raise UsageError(f"{where}.fixed_width must be a positive integer or null")
+        if entry.get("regime") not in REGIMES:
+            raise UsageError(f"{where}.regime must be one of {', '.join(REGIMES)}")
+        for cost, axes in TENSOR_PARALLEL_COSTS.items():
+            if cost not in entry:
+                raise UsageError(f"{where}.{cost}: missing cost")
+            if cost_grid(entry[cost], f"{where}.{cost}")[0] != axes:
+                raise UsageError(f"{where}.{cost}: expected a table over {list(axes)}")
 
 
 def _check_flashhead(flashhead, source: str) -> None:

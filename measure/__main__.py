@@ -13,8 +13,10 @@ from contracts.cli import OneLineParser, require_modules
 
 require_modules("python -m measure", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
+from contracts.names import tensor_parallel_size  # noqa: E402
 from model.cli import run_torch_command  # noqa: E402
 
+from . import tensor_parallel  # noqa: E402
 from .profiling import MeasureSettings, measure_profile  # noqa: E402
 
 DEFAULTS = MeasureSettings()
@@ -31,8 +33,8 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--draft", help=f"draft preset or checkpoint folder (default {DEFAULTS.draft})")
     add(
         "--placement",
-        choices=PLACEMENTS,
-        help="where the models run (default: two-gpu with 2 GPUs, one-gpu with 1, else cpu)",
+        help=f"where the models run: {', '.join(PLACEMENTS)} or tpN (default: two-gpu with 2 GPUs, one-gpu with 1, "
+        "else cpu); tpN times a target tensor-parallel over N GPUs (under torchrun) into --add-to's profile",
     )
     add("--dtype", help="activation/weight dtype (default bf16 on GPU, float32 on CPU)")
     add("--contexts", help="context lengths for forward and body costs (default 256,1024)")
@@ -59,6 +61,7 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--heads", help="also time these head specs into the profile's heads section (e.g. shortlist:8192+router:128)")
     add("--head-assets", help="the shortlist/router assets of --heads (python -m model.build_head)")
     if not overrides_only:
+        add("--add-to", help="with --placement tpN: the profile (with the draft's costs) that the section is added to")
         add("--out", required=True, help="the profile JSON to write (a Markdown summary goes beside it)")
     return p
 
@@ -74,6 +77,7 @@ def settings_from(argv: list[str], base: MeasureSettings = DEFAULTS, overrides_o
     """(settings, out path or None) from command-line options, over `base`."""
     given = {k: v for k, v in vars(_parser(overrides_only).parse_args(argv)).items() if v is not None}
     out = given.pop("out", None)
+    given.pop("add_to", None)
     for option in ("contexts", "prompt_lengths", "probes", "tree_widths"):
         if option in given:
             given[option] = _ints(given[option], "--" + option.replace("_", "-"))
@@ -98,7 +102,18 @@ def main(argv=None) -> int:
 
     def body():
         settings, out = settings_from(argv)
-        for path in measure_profile(settings, Path(out), "python -m measure " + shlex.join(argv)):
+        command = "python -m measure " + shlex.join(argv)
+        if tensor_parallel_size(settings.placement or "") is not None:
+            args = _parser(False).parse_args(argv)
+            given = {k for k, v in vars(args).items() if v is not None}
+            base = tensor_parallel.check_request(settings, given, args.add_to, out)
+            written = tensor_parallel.measure_into(settings, base, Path(out), command)
+            if written is not None:
+                print(f"wrote {written} (tensor_parallel.{settings.placement} added to {args.add_to})")
+            return
+        if "--add-to" in argv:
+            raise UsageError("--add-to adds a tensor-parallel section: it goes with --placement tpN (e.g. tp2)")
+        for path in measure_profile(settings, Path(out), command):
             print(f"wrote {path}")
 
     return run_torch_command(body)

@@ -10,6 +10,7 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.files import check_output_file
 from contracts.heads import check_assets, parse_heads
+from contracts.names import tensor_parallel_size
 from contracts.progress import Progress
 from contracts.trees import MAX_NODES
 from model.decoder import cache_room, width
@@ -99,6 +100,11 @@ def default_probes(clusters: int) -> list[int]:
 def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple[Path, Path]:
     """Measure every cost on this machine and write the profile `out` and its summary `out`.md."""
     check_settings(settings)
+    if tensor_parallel_size(settings.placement or "") is not None:
+        raise UsageError(
+            f"placement {settings.placement}: run torchrun --nproc-per-node N -m measure --placement "
+            f"{settings.placement} --add-to PROFILE (it adds the tensor-parallel target to a profile)"
+        )
     check_output_file(Path(out), "--out")
     placement, target_device, _ = resolve_placement(settings.placement)
     regimes = settings.graphs or (("on", "off") if target_device.type == "cuda" else ("off",))

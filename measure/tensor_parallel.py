@@ -1,150 +1,197 @@
-"""torchrun --nproc-per-node N -m measure.tensor_parallel --placement tpN: what a tensor-parallel target
-costs on these GPUs. Two tables, each rank running the same steps in lockstep:
+"""torchrun --nproc-per-node N -m measure --placement tpN --add-to PROFILE: what a target tensor-parallel over
+N ranks costs on these GPUs, written into a copy of PROFILE as its `tensor_parallel.tpN` section
+(contracts/profile.py). The draft and host costs stay PROFILE's: the draft shares rank 0's GPU, where it
+costs what it costs on one GPU.
 
-- all_reduce: one in-place all-reduce of `rows` x hidden values in the target's dtype (the message a
-  TP layer sends twice per forward, after o_proj and after down_proj), per row count;
-- target_forward: the TP target's decode step as the decoder runs it (`Decoder.target_forward`: CUDA
-  graph, fixed width on GPUs), per number of new tokens and context length.
+Every rank runs the same steps in lockstep and rank 0 writes. Three tables, each timing one rank:
+- `all_reduce_ms`: one in-place all-reduce of `bytes` (rows x hidden values in the target's dtype: the
+  message a TP layer sends twice per forward, after o_proj and after down_proj), per message size;
+- `forward_ms` and `prefill_ms`: the rank's compute alone (`compute_only`: the all-reduces switched off),
+  the decode step as the decoder runs it (`Decoder.target_forward`: CUDA graph, fixed width on GPUs) per
+  token count and context, and a prompt's eager forward per prompt length;
+- `measured_forward_ms`: the same decode step with its all-reduces, to check the simulator's sum.
 
-On GPUs each measurement is a CUDA graph of `calls` operations, replayed after a barrier (so no rank
-waits for another inside the timed window), timed with CUDA events and divided by `calls`. On the CPU
-(gloo) the host clock times eager calls. Rank 0 writes one JSON file (weights synthetic). The cost
-profile does not carry these tables yet (docs/contracts.md).
+On GPUs the all-reduce is a CUDA graph of `calls` operations, replayed after a barrier (so no rank waits
+for another inside the timed window), timed with CUDA events and divided by `calls`; the decode steps
+replay the decoder's own graphs. On the CPU (gloo) the host clock times eager calls.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import datetime
 import statistics
-import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from contracts import UsageError
-from contracts.cli import OneLineParser
-from contracts.files import write_atomic
-from contracts.names import tensor_parallel_size
-from measure.timing import at_least_one, check_out
+from contracts.files import check_output_file
+from contracts.profile import read_profile, write_profile
+from measure.profiling import check_settings
 from model import tensor_parallel
-from model.cli import run_torch_command
-from model.decoder import Decoder, cache_room
+from model.decoder import Decoder, cache_room, width
+from model.heads import DenseHead
 from model.loading import load_model
 
-
-def parse_args(argv) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m measure.tensor_parallel", description=__doc__)
-    add = p.add_argument
-    add("--placement", default="tp2", help="tpN: the target over N ranks (launch N processes with torchrun)")
-    add("--target", default="llama-3.3-70b", help="target preset or checkpoint folder (default llama-3.3-70b)")
-    add("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on GPU, float32 on CPU)")
-    add("--rows", default="1,2,4,7,8,16", help="all-reduce message rows, comma-separated (default 1,2,4,7,8,16)")
-    add("--tokens", default="1,7", help="new tokens per target forward, comma-separated (default 1,7)")
-    add("--contexts", default="128,1024", help="context lengths of the target forwards (default 128,1024)")
-    add("--reps", type=at_least_one, default=20, help="timed repetitions per measurement (default 20)")
-    add("--calls", type=at_least_one, default=16, help="operations per timed graph on GPUs (default 16)")
-    add("--out", required=True, help="JSON file rank 0 writes")
-    return p.parse_args(argv)
+ALL_REDUCE_CALLS = 16  # all-reduces per timed graph on GPUs
+# Options of `python -m measure` that price the draft: a tpN measurement takes them from --add-to's profile.
+DRAFT_OPTIONS = (
+    "draft",
+    "probes",
+    "clustering",
+    "prompts",
+    "prompts_file",
+    "agreement_max_len",
+    "early_exit_layers",
+    "lookup_ngram",
+)
 
 
-def _counts(text: str, what: str) -> list[int]:
-    try:
-        counts = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise UsageError(f"--{what} must be positive integers joined by ',', got {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise UsageError(f"--{what} must be positive integers joined by ',', got {text!r}")
-    return counts
+def check_request(settings, given: set[str], add_to: str | None, out: str) -> dict:
+    """The profile to add to, read and checked, before any process group or model (bad input: UsageError)."""
+    check_settings(settings)
+    draft_options = sorted(given & set(DRAFT_OPTIONS))
+    if draft_options:
+        option = "--" + draft_options[0].replace("_", "-")
+        raise UsageError(
+            f"{option}: a {settings.placement} measurement times the target only; the draft's costs come "
+            "from --add-to's profile"
+        )
+    if add_to is None:
+        raise UsageError(
+            f"--placement {settings.placement} adds a tensor_parallel section to a profile: give --add-to PROFILE "
+            "(one measured by python -m measure with the draft, e.g. on one GPU)"
+        )
+    if settings.graphs is not None and len(settings.graphs) != 1:
+        raise UsageError(f"--graphs: a {settings.placement} measurement takes one regime, on or off")
+    if settings.graphs == ("on",) and not torch.cuda.is_available():
+        raise UsageError("--graphs on needs GPUs (CUDA graphs)")
+    check_output_file(Path(out), "--out")
+    return read_profile(add_to)
 
 
-def _time(step: Callable[[], None], device: torch.device, reps: int, calls: int | None) -> dict:
-    """Median and spread of one step's time in ms, every rank timing the same replays. `calls` steps
-    are captured in one graph on GPUs; None: the step replays its own graph (timed one at a time)."""
-    capture = device.type == "cuda" and calls is not None
-    calls = calls or 1
-    if capture:
-        for _ in range(2):
-            step()  # warm-up outside capture (creates what the step needs)
-        torch.cuda.synchronize(device)
-        graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-        with torch.cuda.graph(graph, stream=side):
-            for _ in range(calls):
-                step()
-    times = []
-    for _ in range(reps + 1):
-        dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            if capture:
-                graph.replay()
-            else:
-                step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / calls)
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    times = times[1:]  # the first replay warms up
-    ordered = sorted(times)
-    return {
-        "median_ms": statistics.median(times),
-        "p10_ms": ordered[len(ordered) // 10],
-        "p90_ms": ordered[(9 * len(ordered)) // 10],
-        "n": len(times),
-    }
-
-
-def run(args) -> int:
-    if tensor_parallel_size(args.placement) is None:
-        raise UsageError(f"--placement must be tpN with N >= 2 (e.g. tp2), got {args.placement!r}")
-    rows, tokens, contexts = (
-        _counts(args.rows, "rows"),
-        _counts(args.tokens, "tokens"),
-        _counts(args.contexts, "contexts"),
+def measure_into(settings, base: dict, out: Path, command: str) -> Path | None:
+    """Measure the tensor-parallel target of `settings` on every rank; rank 0 writes `base` with the
+    section added as `out` (returned; None on the other ranks)."""
+    ranks, device = tensor_parallel.init(settings.placement, "measure")
+    graphs = device.type == "cuda" and (settings.graphs or ("on",)) == ("on",)
+    tokens = list(range(1, settings.K_max + 3))
+    contexts, prompt_lengths = list(settings.contexts), list(settings.prompt_lengths)
+    room = max(cache_room(max(contexts), 0, settings.K_max + 1), max(prompt_lengths))
+    loaded = load_model(
+        settings.target, device, settings.dtype, settings.seed, room, settings.kernels, tensor_parallel=ranks
     )
-    out = check_out(args.out)
-    ranks, device = tensor_parallel.init(args.placement, "measure.tensor_parallel")
-    room = cache_room(max(contexts), max(tokens), max(tokens))
-    loaded = load_model(args.target, device, args.dtype, seed=0, max_seq_len=room, tensor_parallel=ranks)
-    target = loaded.model
-    hidden, dtype = target.config.hidden_size, target.embed_tokens.weight.dtype
-    table = []
+    model = loaded.model
+    hidden, dtype = model.config.hidden_size, model.embed_tokens.weight.dtype
+    fixed_width = width(settings.K_max + 1) if graphs else None
+    rows = sorted(set(tokens) | set(prompt_lengths) | ({fixed_width} if fixed_width else set()))
+    timing = Timing(device, settings.reps, settings.warmup)
+    all_reduce = []
     for n in rows:
         message = torch.ones(n, hidden, device=device, dtype=dtype)
-        cost = _time(lambda message=message: dist.all_reduce(message), device, args.reps, args.calls)
-        table.append({"rows": n, "bytes": message.numel() * message.element_size(), **cost})
-    decoder = Decoder(target, K=max(tokens), graphs=device.type == "cuda", phases=False)
-    forwards = []
+        cost = timing.graphed(lambda message=message: dist.all_reduce(message))
+        all_reduce.append({"bytes": message.numel() * message.element_size(), **cost})
+    measured = _decode_steps(model, settings.K_max, graphs, tokens, contexts, timing)
+    with tensor_parallel.compute_only(model):
+        forward = _decode_steps(model, settings.K_max, graphs, tokens, contexts, timing)
+        head = DenseHead(model.head_weight)
+        prefill = []
+        for length in prompt_lengths:
+            ids, pos = torch.zeros(1, length, dtype=torch.long, device=device), torch.arange(length, device=device)
+            step = lambda ids=ids, pos=pos: head.argmax(model.forward_hidden(ids, pos)[0, -1:])  # noqa: E731
+            prefill.append({"prompt_len": length, **timing.eager(step)})
+    if ranks.rank != 0:
+        dist.barrier()
+        return None
+    section = {
+        "ranks": ranks.world,
+        "target": {k: loaded.info.get(k) for k in ("name", "weights", "dtype", "quantization", "kernel", "kernels")},
+        "layers": model.config.n_layers,
+        "hidden_size": hidden,
+        "dtype_bytes": torch.empty(0, dtype=dtype).element_size(),
+        "fixed_width": fixed_width,
+        "regime": "graphs" if graphs else "eager",
+        "devices": [torch.cuda.get_device_name(device)] if device.type == "cuda" else ["cpu"],
+        "backend": dist.get_backend(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "all_reduce_ms": {"points": all_reduce},
+        "forward_ms": {"points": forward},
+        "prefill_ms": {"points": prefill},
+        "measured_forward_ms": {"points": measured},
+    }
+    profile = {**base, "tensor_parallel": {**base.get("tensor_parallel", {}), settings.placement: section}}
+    write_profile(out, profile)
+    dist.barrier()
+    return out
+
+
+def _decode_steps(model, K_max: int, graphs: bool, tokens, contexts, timing: Timing) -> list[dict]:
+    """The decoder's target step per (new tokens, context), captured now (inside or outside compute_only)."""
+    decoder = Decoder(model, K=K_max + 1, graphs=graphs, phases=False)
+    device = model.embed_tokens.weight.device
+    points = []
     for context in contexts:
         start = torch.tensor([context], device=device)
         for n in tokens:
             ids = torch.zeros(1, n, dtype=torch.long, device=device)
-            cost = _time(lambda ids=ids, start=start: decoder.target_forward(ids, start), device, args.reps, None)
-            forwards.append({"tokens": n, "context": context, **cost})
-    if ranks.rank == 0:
-        result = {
-            "placement": args.placement,
-            "target": {k: loaded.info[k] for k in ("name", "weights", "dtype", "kernels")},
-            "devices": [torch.cuda.get_device_name(device)] if device.type == "cuda" else ["cpu"],
-            "all_reduce": table,
-            "target_forward": forwards,
+            cost = timing.eager(lambda ids=ids, start=start: decoder.target_forward(ids, start))
+            points.append({"n_tokens": n, "context": context, **cost})
+    return points
+
+
+class Timing:
+    """Median and spread of one step's time in ms, every rank timing the same calls after a barrier, and
+    the host's time to issue it (the whole call on the CPU)."""
+
+    def __init__(self, device: torch.device, reps: int, warmup: int):
+        self.device, self.reps, self.warmup = device, reps, warmup
+
+    def eager(self, step: Callable[[], object]) -> dict:
+        """Each call timed alone (a step that replays its own graph, or an eager one)."""
+        return self._timed(step, 1)
+
+    def graphed(self, step: Callable[[], object]) -> dict:
+        """On GPUs, ALL_REDUCE_CALLS steps captured in one graph, timed per step; eager on the CPU."""
+        if self.device.type != "cuda":
+            return self._timed(step, 1)
+        for _ in range(2):
+            step()  # warm-up outside capture (creates what the step needs)
+        torch.cuda.synchronize(self.device)
+        graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        with torch.cuda.graph(graph, stream=side):
+            for _ in range(ALL_REDUCE_CALLS):
+                step()
+        return self._timed(graph.replay, ALL_REDUCE_CALLS)
+
+    def _timed(self, call: Callable[[], object], per: int) -> dict:
+        times, issue = [], []
+        for rep in range(self.warmup + self.reps):
+            dist.barrier()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            t0 = time.perf_counter()
+            call()
+            host = (time.perf_counter() - t0) * 1e3
+            if self.device.type == "cuda":
+                end.record()
+                end.synchronize()
+                elapsed = start.elapsed_time(end)
+            else:
+                elapsed = host
+            if rep >= self.warmup:
+                times.append(elapsed / per)
+                issue.append(host / per)
+        ordered = sorted(times)
+        return {
+            "median_ms": statistics.median(times),
+            "p10_ms": ordered[len(ordered) // 10],
+            "p90_ms": ordered[(9 * len(ordered)) // 10],
+            "n": len(times),
+            "host_ms": statistics.median(issue),
         }
-        write_atomic(out, json.dumps(result, indent=1) + "\n")
-        print(f"wrote {out} ({loaded.info['weights']} weights)")
-    dist.barrier()
-    return 0
-
-
-def main(argv=None) -> int:
-    return run_torch_command(lambda: run(parse_args(argv)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -180,8 +180,15 @@ def _init_synthetic(model: Transformer, seed: int, tensor_parallel: TensorParall
     draws each full weight in turn and keeps its slice, so its weights are the unsharded model's."""
     generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
     for name, module in model.named_modules():
-        if isinstance(module, AWQLinear):
+        if isinstance(module, AWQLinear) and tensor_parallel is None:
             module.randomize_(generator, _SYNTHETIC_WEIGHT_STD)
+        elif isinstance(module, AWQLinear):
+            rows, packed = tensor_parallel.full_shape(f"{name}.qweight", module.qweight.shape)
+            with torch.device(module.qweight.device):
+                full = AWQLinear(rows, packed * 8, module.group_size)
+            full.randomize_(generator, _SYNTHETIC_WEIGHT_STD)
+            for buffer in ("qweight", "qzeros", "scales"):
+                getattr(module, buffer).copy_(tensor_parallel.shard(f"{name}.{buffer}", getattr(full, buffer)))
         elif isinstance(module, (RMSNorm, GemmaRMSNorm)):
             module.reset_parameters()
         elif isinstance(module, (nn.Linear, nn.Embedding)) and tensor_parallel is None:

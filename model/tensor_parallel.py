@@ -4,10 +4,14 @@ the ranks, the draft on one rank, and every rank running the same decoder loop i
 Sharding (Megatron-style, any number of ranks N that divides the KV heads and the MLP width): rank r
 holds query heads [r H/N, (r+1) H/N) and KV heads [r Hkv/N, (r+1) Hkv/N) (q/k/v projections split
 by output rows, o_proj by input columns) and the MLP's intermediate features [r I/N, (r+1) I/N)
-(gate/up split by rows, down_proj by columns). Each rank's o_proj and down_proj give a partial sum
-of the full output; a forward hook all-reduces it in place, so every rank carries the whole residual
-stream. The embedding, the norms and the LM head are replicated, not vocab-sharded: every rank
-computes the same logits and greedy tokens with no gather. Each rank's KV cache holds its own heads.
+(gate/up split by rows, down_proj by columns). AWQ int4 projections store W as [in, out] (model/awq.py), so the
+same split falls on the other dimension: column-parallel layers split qweight, qzeros and scales by output
+columns (whole blocks of 8 packed columns), row-parallel ones split them by input rows and groups, which
+needs each rank's input width to be a whole number of quantization groups. Each rank's o_proj and
+down_proj give a partial sum of the full output; a forward hook all-reduces it in place, so every rank
+carries the whole residual stream. The embedding, the norms and the LM head are replicated, not
+vocab-sharded: every rank computes the same logits and greedy tokens with no gather. Each rank's KV
+cache holds its own heads.
 
 Lockstep: every rank runs the same Decoder over its shard and issues the same forwards in the same
 order, so the collectives inside them match. Only the draft rank runs the draft; the others hold a
@@ -26,6 +30,7 @@ NCCL's streams live on it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -40,6 +45,7 @@ from model.config import ModelConfig
 
 _SPLIT_OUTPUTS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # weight rows split
 _SPLIT_INPUTS = ("o_proj", "down_proj")  # weight columns split; their outputs are all-reduced
+_AWQ_BUFFERS = ("qweight", "qzeros", "scales")  # model/awq.py: [in or groups, out], the transpose of nn.Linear
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,16 @@ class TensorParallel:
         return self.rank == self.draft_rank
 
     def shard_config(self, config: ModelConfig) -> ModelConfig:
-        """The architecture of one rank's shard: its heads and MLP width (bad input when N does not divide them)."""
-        if config.quant is not None:
-            raise UsageError("tensor-parallel targets are dense (bf16/fp16/fp32); AWQ targets run on one GPU")
+        """The architecture of one rank's shard: its heads and MLP width (bad input when N does not divide
+        them, or, for AWQ, when a shard's row-parallel input is not whole quantization groups)."""
         widths = {"KV heads": config.n_kv_heads, "MLP width": config.intermediate_size}
         for what, size in widths.items():
             if size % self.world:
                 raise UsageError(
                     f"tensor parallelism over {self.world} ranks needs {self.world} to divide the {what} ({size})"
                 )
+        if config.quant == "awq":
+            _check_awq_split(config, self.world)
         return dataclasses.replace(
             config,
             n_heads=config.n_heads // self.world,
@@ -85,9 +92,9 @@ class TensorParallel:
     def attach(self, model: nn.Module) -> None:
         """All-reduce the partial outputs of every o_proj and down_proj (in place, as a forward hook, so
         the torch and fused layer paths both get it)."""
-        for name, module in model.named_modules():
-            if name.rsplit(".", 1)[-1] in _SPLIT_INPUTS:
-                module.register_forward_hook(_all_reduce_output)
+        for module in _reducing(model):
+            module.reduces_output = True
+            module.register_forward_hook(_all_reduce_output)
 
     def share(self, tokens: torch.Tensor) -> torch.Tensor:
         """The draft rank's `tokens` on every rank (a broadcast; the others' values are replaced)."""
@@ -97,13 +104,54 @@ class TensorParallel:
 
 
 def _split_dim(name: str) -> int | None:
+    """The dimension a tensor is split on: dense weights are [out, in], AWQ buffers [in or groups, out]."""
     parts = name.split(".")
     module = parts[-2] if len(parts) >= 2 else ""
-    return 0 if module in _SPLIT_OUTPUTS else 1 if module in _SPLIT_INPUTS else None
+    split = 0 if module in _SPLIT_OUTPUTS else 1 if module in _SPLIT_INPUTS else None
+    return None if split is None else 1 - split if parts[-1] in _AWQ_BUFFERS else split
+
+
+def _check_awq_split(config: ModelConfig, world: int) -> None:
+    """Each rank's packed output columns come in blocks of 8, and its row-parallel inputs (o_proj's
+    heads, down_proj's MLP features) in whole quantization groups."""
+    group = config.awq_group_size
+    outputs = {
+        "query width": config.n_heads * config.head_dim,
+        "KV width": config.n_kv_heads * config.head_dim,
+        "MLP width": config.intermediate_size,
+    }
+    for what, size in outputs.items():
+        if size % (8 * world):
+            raise UsageError(f"AWQ over {world} ranks needs the {what} ({size}) to split into blocks of 8 columns")
+    inputs = {"o_proj input": config.n_heads * config.head_dim, "down_proj input": config.intermediate_size}
+    for what, size in inputs.items():
+        if size % (group * world):
+            raise UsageError(
+                f"AWQ over {world} ranks cannot split the {what} ({size}) on its {group}-wide quantization groups"
+            )
+
+
+def _reducing(model: nn.Module) -> list[nn.Module]:
+    return [module for name, module in model.named_modules() if name.rsplit(".", 1)[-1] in _SPLIT_INPUTS]
 
 
 def _all_reduce_output(module, inputs, output: torch.Tensor) -> None:
-    dist.all_reduce(output)
+    if module.reduces_output:
+        dist.all_reduce(output)
+
+
+@contextlib.contextmanager
+def compute_only(model: nn.Module):
+    """The shard's forwards without their all-reduces (each rank's compute alone, as `measure` times it;
+    the outputs are partial sums, not the model's). A CUDA graph captured inside stays without them."""
+    modules = _reducing(model)
+    for module in modules:
+        module.reduces_output = False
+    try:
+        yield model
+    finally:
+        for module in modules:
+            module.reduces_output = True
 
 
 class DraftStandIn(nn.Module):

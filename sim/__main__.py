@@ -53,6 +53,9 @@ what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
     + ", ".join(NAMED_KEYS)
     + """, or any numeric profile field by dotted path,
   set or scaled: draft.body_ms*=0.5, host.item_ms=0, target.forward_ms*=0.8 (--keys lists them all)
+  placement=tpN runs the target tensor-parallel over N GPUs from the profile's tensor_parallel.tpN costs
+  (each forward: one rank's compute plus two all-reduces per layer; the draft on rank 0's GPU);
+  allreduce=x0.5 scales those all-reduces.
   A probes what-if changes the FlashHead head cost and, where the profile carries the agreement
   curve r(p), the draft's acceptance (scaled by r(p) / r(p_source)); the output says which applies.
 
@@ -72,6 +75,8 @@ examples:
   python -m sim                                  every schedule x head on the default profile
   python -m sim --profile study                  the profile derived from the study's tables
   python -m sim --what-if probes=2               side by side with the default probes
+  python -m sim --profile both.json --acceptance 0.77 --K 6 --what-if placement=tp2
+                                                 one-GPU target against the same pair at TP=2
   python -m sim --sweep K=1,2,4,6,8 --out out/sweep --plot
   python -m sim --schedule pipelined-deferred --head flashhead --timeline out/sim-timeline.json
   python -m sim --trace run/deferred.trace.jsonl --drafter draft-model+prompt-lookup --policy all
@@ -119,7 +124,7 @@ def parse_args(argv):
     )
     add("--K", default=None, help="draft tokens per round (default: the trace's K, else 6)")
     add("--probes", default=None, help="FlashHead probes (default: the profile's, c/16)")
-    add("--placement", default=None, help="two-gpu, one-gpu or cpu (default: the profile's)")
+    add("--placement", default=None, help="two-gpu, one-gpu, cpu or tpN (default: the profile's)")
     add(
         "--graphs",
         default=None,

@@ -13,12 +13,19 @@ from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.heads import parse_heads
-from contracts.names import POLICY_SCHEDULES, REGIME_OF_GRAPHS_FLAG, SIMULATED_POLICIES, SPECULATIVE_SCHEDULES
+from contracts.names import (
+    POLICY_SCHEDULES,
+    REGIME_OF_GRAPHS_FLAG,
+    SIMULATED_POLICIES,
+    SPECULATIVE_SCHEDULES,
+    tensor_parallel_size,
+)
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
 from contracts.trees import parse_tree
 
 from . import heads as head_specs
+from . import tensor_parallel
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
 from .schedules import Config
@@ -44,6 +51,7 @@ NAMED_KEYS = (
     "drafter",
     "arms_K",
     "tree",
+    "allreduce",
 )
 DEFAULT_ARMS_K = (1, 2, 4, 6, 8)  # the K values of a policy's arms below the scenario's K (the largest)
 
@@ -68,6 +76,7 @@ class Scenario:
     drafters: tuple = ("draft-model",)  # the arms' drafters, the first one first
     arms_K: tuple = DEFAULT_ARMS_K
     tree: str | None = None  # contracts.trees spec; None: chains, with the acceptance source given
+    all_reduce_scale: float = 1.0  # a tensor-parallel target's all-reduce costs, scaled (what-if allreduce=xF)
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -147,7 +156,9 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key == "head":
         return replace(s, heads=tuple(spec.label for spec in parse_heads(value, label)))
     if key == "placement":
-        return replace(s, placement=_choices(label, value, PLACEMENTS)[0])
+        return replace(s, placement=value if tensor_parallel_size(value) else _choices(label, value, PLACEMENTS)[0])
+    if key == "allreduce":
+        return replace(s, all_reduce_scale=tensor_parallel.scale(label, value, NUMBER_LIMIT))
     if key == "graphs":
         return replace(s, graphs=_choices(label, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
     if key == "acceptance":
@@ -249,6 +260,10 @@ def resolve(s: Scenario) -> Resolved:
         )
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
+    if tensor_parallel_size(placement) is not None:
+        profile = tensor_parallel.placed(profile, placement, regime, s.all_reduce_scale, s.drafters, notes)
+    elif s.all_reduce_scale != 1:
+        raise UsageError("what-if allreduce scales a tensor-parallel target's all-reduces: it needs placement tpN")
     generations = _generations(s, source, profile)
     traced = isinstance(source, TraceReplay)
     _check_size(

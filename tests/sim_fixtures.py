@@ -44,6 +44,31 @@ def tiny_profile(placement="one-gpu", **host):
     }
 
 
+def tensor_parallel_section(fixed_width=None):
+    """tp2 over 2 layers, rows of 8 bytes: compute 4 + n ms, prefill 20 ms, an all-reduce 0.5 ms at 8 bytes
+    rising to 1.0 ms at 64; measured with its all-reduces exactly compute + 4 all-reduces."""
+
+    def all_reduce(nbytes):
+        return 0.5 + 0.5 * (nbytes - 8) / 56
+
+    rows = [(n, max(n, fixed_width or 0)) for n in (1, 2, 3)]
+    return {
+        "ranks": 2,
+        "target": {"name": "t-bf16", "weights": "synthetic", "dtype": "bfloat16"},
+        "layers": 2,
+        "hidden_size": 4,
+        "dtype_bytes": 2,
+        "fixed_width": fixed_width,
+        "regime": "eager",
+        "all_reduce_ms": {"points": [dict(timing(all_reduce(b)), bytes=b) for b in (8, 64)]},
+        "forward_ms": {"points": [dict(timing(4.0 + n), n_tokens=n, context=8) for n, _ in rows]},
+        "prefill_ms": {"points": [dict(timing(20.0), prompt_len=8)]},
+        "measured_forward_ms": {
+            "points": [dict(timing(4.0 + n + 4 * all_reduce(8 * r)), n_tokens=n, context=8) for n, r in rows]
+        },
+    }
+
+
 def trace_lines(accepted, K=2, decode=None, lookahead=None, prompt_id="p0", prompt_len=8):
     lines, context = [], prompt_len + 1
     remaining = decode if decode is not None else sum(a + 1 for a in accepted)

@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
 from model.router import split_clusters  # noqa: E402
-from tests.sim_fixtures import tiny_heads_profile, tiny_profile, trace_lines  # noqa: E402
+from tests.sim_fixtures import tensor_parallel_section, tiny_heads_profile, tiny_profile, trace_lines  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
 VALIDATE = [*TINY, "--n-prompts", "1", "--max-new-tokens", "8", "--K", "2"]
@@ -67,6 +67,11 @@ def make_files(folder: Path) -> dict[str, Path]:
     files["oversized.json"] = folder / "oversized.json"
     put("no_turns.jsonl", json.dumps({"question_id": 1, "category": "qa"}) + "\n")
     put("a_file", "not a folder")
+    with_tp2 = tiny_profile()
+    with_tp2["tensor_parallel"] = {"tp2": tensor_parallel_section()}
+    put("tp2_profile.json", json.dumps(with_tp2))
+    with_tp2["tensor_parallel"]["tp2"]["ranks"] = 3
+    put("bad_tp2_profile.json", json.dumps(with_tp2))
     (folder / "runs" / "traces").mkdir(parents=True)
     (folder / "runs" / "traces" / "x.summary.json").write_text("{}")
     files["runs"] = folder / "runs"
@@ -107,6 +112,16 @@ CASES = [
         "sim",
         ["--profile", "{heads_profile.json}", "--head", "shortlist:100", "--what-if", "temperature=0.7"],
         "sampling is modeled for the heads dense and flashhead only",
+    ),
+    ("sim", ["--what-if", "placement=tp2"], "the profile has no tensor_parallel.tp2 costs (measured: none)"),
+    ("sim", ["--profile", "{tp2_profile.json}", "--placement", "tp4"], "no tensor_parallel.tp4 costs (measured: tp2)"),
+    ("sim", ["--what-if", "allreduce=x0.5"], "what-if allreduce scales a tensor-parallel target's all-reduces"),
+    ("sim", ["--profile", "{tp2_profile.json}", "--what-if", "allreduce=0.5"], "what-if allreduce: expected xF"),
+    ("sim", ["--profile", "{bad_tp2_profile.json}"], "tensor_parallel.tp2.ranks must be 2"),
+    (
+        "sim",
+        ["--profile", "{tp2_profile.json}", "--placement", "tp2", "--schedule", "deferred", "--drafter", "early-exit"],
+        "placement=tp2: the early-exit drafter's costs were measured on one GPU's target",
     ),
     ("sim", ["--placement", "tpu"], "--placement: 'tpu' is unknown"),
     ("sim", ["--what-if", "nonsense.path=3"], "unknown what-if key 'nonsense.path'"),
@@ -224,6 +239,20 @@ CASES = [
     ("measure", [*TINY, "--placement", "two-gpu"], "no GPU"),
     ("measure", [*TINY, "--out", "{a_file}/p.json"], "a_file exists and is not a folder"),
     ("measure", ["--target", "qwen3-32b-awq", "--placement", "cpu"], "it needs a GPU"),
+    ("measure", ["--target", "tiny-llama", "--placement", "tp2"], "give --add-to PROFILE"),
+    ("measure", [*TINY, "--add-to", "{good_profile.json}"], "--add-to adds a tensor-parallel section"),
+    (
+        "measure",
+        ["--placement", "tp2", "--draft", "tiny-llama-draft", "--add-to", "{good_profile.json}"],
+        "--draft: a tp2 measurement times the target only",
+    ),
+    ("measure", ["--placement", "tp2", "--add-to", "{future_profile.json}"], "unknown profile schema"),
+    ("measure", ["--placement", "tp2", "--add-to", "{good_profile.json}", "--reps", "0"], "--reps must be at least 1"),
+    (
+        "measure",
+        ["--placement", "tp2", "--target", "tiny-llama", "--add-to", "{good_profile.json}"],
+        "launch with torchrun --nproc-per-node 2 -m measure",
+    ),
     # validate: choices, numbers, profiles, runs, outputs
     ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
     ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
@@ -245,6 +274,7 @@ CASES = [
     ("validate", ["--from-runs", "{runs}", "--profile", "{good_profile.json}"], "unknown summary schema"),
     ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
     ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
+    ("validate", [*VALIDATE, "--measure", "--placement", "tp2"], "placement tp2: record the runs with torchrun"),
 ]
 NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
 

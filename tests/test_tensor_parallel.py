@@ -1,9 +1,10 @@
-"""Tensor-parallel targets: two processes with the gloo backend on the CPU stand for two GPUs (and
+"""Tensor-parallel targets (dense and AWQ int4): two processes with the gloo backend on the CPU stand for two GPUs (and
 with NCCL on two GPUs, CUDA graphs on, where there are two). A TP=2 target's logits equal the
 single-process target's (to float tolerance: the o_proj and down_proj sums are split in two), its
 greedy tokens are the same, and a TP=2 generation with the draft on rank 0 (a stand-in on rank 1)
 equals single-process target-only greedy, token for token, in every schedule."""
 
+import dataclasses
 import socket
 
 import pytest
@@ -52,6 +53,15 @@ def _forwards_match(spec: str, tp: TensorParallel, device: torch.device) -> None
     assert not torch.allclose(shard(tokens, pos)[0], whole(tokens, pos)[0], rtol=1e-2, atol=1e-3)
 
 
+def _greedy_matches(spec: str, tp: TensorParallel, device: torch.device) -> None:
+    """Target-only greedy generation of the shard equals the whole model's, token for token."""
+    graphs = device.type == "cuda"
+    whole = load_model(spec, device, "float32", seed=1, max_seq_len=ROOM).model
+    shard = load_model(spec, device, "float32", seed=1, max_seq_len=ROOM, tensor_parallel=tp).model
+    want = Decoder(whole, K=K, graphs=graphs).reference(PROMPT, MAX_NEW)
+    assert Decoder(shard, K=K, graphs=graphs).reference(PROMPT, MAX_NEW) == want
+
+
 def _generations_match(tp: TensorParallel, device: torch.device) -> None:
     """TP=2 baseline and every speculative schedule against single-process target-only greedy."""
     graphs = device.type == "cuda"
@@ -85,6 +95,8 @@ def _worker(rank: int, world: int, port: int, checkpoint: str | None, backend: s
         tp = TensorParallel(rank, world)
         _forwards_match("tiny-llama", tp, device)
         _forwards_match("tiny-qwen3", tp, device)
+        _forwards_match("tiny-llama-awq", tp, device)
+        _greedy_matches("tiny-llama-awq", tp, device)
         if checkpoint is not None:
             _forwards_match(checkpoint, tp, device)
         _generations_match(tp, device)
@@ -129,12 +141,21 @@ def test_shards_split_heads_and_mlp_and_refuse_what_does_not_divide():
     assert config.hidden_size == 8192 and config.vocab_size == 128256  # replicated embedding and head
     with pytest.raises(UsageError, match="divide the KV heads"):
         TensorParallel(0, 16).shard_config(PRESETS["llama-3.3-70b"])
-    with pytest.raises(UsageError, match="AWQ targets run on one GPU"):
-        TensorParallel(0, 2).shard_config(PRESETS["llama-3.3-70b-awq"])
+    awq = TensorParallel(0, 2).shard_config(PRESETS["llama-3.3-70b-awq"])
+    assert (awq.n_heads, awq.intermediate_size, awq.awq_group_size) == (32, 14336, 128)
+    coarse = dataclasses.replace(PRESETS["tiny-llama-awq"], awq_group_size=64)  # o_proj's 32 inputs per rank
+    with pytest.raises(UsageError, match=r"cannot split the o_proj input \(64\) on its 64-wide quantization groups"):
+        TensorParallel(0, 2).shard_config(coarse)
+    with pytest.raises(UsageError, match="KV width .* blocks of 8 columns"):
+        TensorParallel(0, 2).shard_config(dataclasses.replace(PRESETS["tiny-llama-awq"], head_dim=4, n_heads=8))
     full = torch.arange(24).view(6, 4)
     assert torch.equal(TensorParallel(1, 2).shard("layers.0.self_attn.q_proj.weight", full), full[3:])
     assert torch.equal(TensorParallel(1, 2).shard("layers.0.mlp.down_proj.weight", full), full[:, 2:])
     assert torch.equal(TensorParallel(1, 2).shard("lm_head.weight", full), full)
+    packed = torch.arange(48).view(4, 12)  # AWQ buffers are [in or groups, out]: the other dimension
+    assert torch.equal(TensorParallel(1, 2).shard("layers.0.mlp.up_proj.qweight", packed), packed[:, 6:])
+    assert torch.equal(TensorParallel(1, 2).shard("layers.0.mlp.down_proj.scales", packed), packed[2:])
+    assert torch.equal(TensorParallel(0, 2).shard("layers.0.self_attn.o_proj.qzeros", packed), packed[:2])
 
 
 @pytest.mark.parametrize("placement, ranks", [("tp2", 2), ("tp8", 8), ("tp1", None), ("tp02", None), ("tpx", None)])

@@ -27,7 +27,7 @@ from model.pair import resolve_placement
 from sim.report import render
 
 from . import hf
-from .plan import check_acceptance, choose_prompts, graphs_on, parse_ks, report_folder
+from .plan import check_acceptance, choose_prompts, graphs_on, parse_ks, refuse_tensor_parallel, report_folder
 from .runs import control_for, decode, load_pair, references
 
 SPECULATIVE = SPECULATIVE_SCHEDULES
@@ -106,6 +106,7 @@ def run(args) -> Path:
     if args.max_new_tokens < 2 or args.warmup < 0:
         raise UsageError("--max-new-tokens must be >= 2 and --warmup >= 0")
     placement, target_device, _ = resolve_placement(args.placement)
+    refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     check_acceptance(args.acceptance)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)

@@ -15,7 +15,7 @@ from pathlib import Path
 from contracts import SCHEDULES, UsageError
 from contracts.cli import parse_choices
 from contracts.files import staged
-from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
@@ -24,6 +24,7 @@ from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.pair import resolve_placement
 from model.prompts import select_prompts
 from model.trace import timeline_meta
+from sim import tensor_parallel
 from sim.profile import load_profile
 
 from . import report
@@ -40,6 +41,7 @@ from .plan import (
     graphs_on,
     matrix,
     parse_ks,
+    refuse_tensor_parallel,
     report_folder,
     timeline_config,
 )
@@ -97,6 +99,7 @@ def run(args) -> Path:
     configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
     placement, target_device, _ = resolve_placement(args.placement)
+    refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
     if args.profile:
@@ -246,6 +249,7 @@ def run_from_runs(args) -> Path:
     }
     with staged(out) as folder:
         shutil.copytree(source, folder / "traces")
+        _name_by_configuration(folder / "traces", [p for p in summaries if not p.name.startswith("calibration-")])
         if measured_timeline.is_file():
             shutil.copyfile(measured_timeline, folder / MEASURED_TIMELINE)
         calibrations = calibrate(calibration_records, args.profile, placement, graphs)
@@ -261,6 +265,15 @@ def run_from_runs(args) -> Path:
         report.write(folder, results, meta)
     _print_results(results, out, meta["timeline"]["files"])
     return out
+
+
+def _name_by_configuration(traces: Path, summaries: list[Path]) -> None:
+    """`python -m model --out` names a run by its schedule; the report names it by its configuration."""
+    for path in summaries:
+        stem, name = path.name.removesuffix(".summary.json"), _recorded(path)[0].name
+        if stem != name:
+            for suffix in (".summary.json", ".trace.jsonl"):
+                (traces / f"{stem}{suffix}").rename(traces / f"{name}{suffix}")
 
 
 def _recorded(summary_path: Path) -> tuple:
@@ -308,7 +321,10 @@ def _predict_all(
     """Simulator (calibrated where the run's decoder instance was, and from the profile alone) and closed
     form for every recorded configuration; (results, the simulator's notes). For `drawn`, also the
     simulator's timeline of its first generation, as predicted (timeline-predicted.json)."""
-    costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    if tensor_parallel_size(placement) is not None:  # the closed form prices the TP target as the simulator does
+        profile = tensor_parallel.placed(profile, placement, regime, 1.0, (), [])
+    costs = profile.costs[regime]
     results, notes = [], []
     for config, probes, lines, summary in recorded:
         trace = folder / "traces" / f"{config.name}.trace.jsonl"

@@ -11,7 +11,7 @@ import torch
 
 from contracts import UsageError
 from contracts.files import check_output_folder
-from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from model.acceptance_control import parse_spec
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
@@ -79,12 +79,22 @@ def graphs_on(graphs: str | None, target_device: torch.device) -> bool:
     return graphs == "on"
 
 
+def refuse_tensor_parallel(placement: str) -> None:
+    """validate runs models in one process; a tpN run is recorded by torchrun and predicted with --from-runs."""
+    if tensor_parallel_size(placement) is not None:
+        raise UsageError(
+            f"placement {placement}: record the runs with torchrun --nproc-per-node N -m model --placement "
+            f"{placement} --out DIR/traces, then python -m validate --from-runs DIR --profile PROFILE"
+        )
+
+
 def check_profile(path: str, placement: str, graphs: bool) -> Profile:
     """The profile the simulator will read, measured where this run runs and in its regime."""
     if not Path(path).is_file():
         raise UsageError(f"profile not found: {path} (pass a profile JSON from python -m measure, or --measure)")
     profile = load_profile(path)
-    if profile.placement != placement:
+    tensor_parallel = profile.raw.get("tensor_parallel") or {}  # a tpN run's target costs (sim/tensor_parallel.py)
+    if profile.placement != placement and placement not in tensor_parallel:
         raise UsageError(
             f"profile {path} was measured on placement {profile.placement}, this run uses {placement} "
             f"(measure again with --placement {placement}, or pass --measure)"

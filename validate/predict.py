@@ -7,7 +7,8 @@ acceptance's.
 
 from __future__ import annotations
 
-from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_PHASES
+from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_PHASES, tensor_parallel_size
+from sim import tensor_parallel
 from sim.acceptance import TraceReplay
 from sim.profile import load_profile
 from sim.scenario import Scenario, run, timeline
@@ -33,6 +34,8 @@ def predict(
         profile = load_profile(str(profile_path))
         if edits:
             profile = profile.edited(list(edits), REGIME_OF_GRAPHS_FLAG[regime_flag])
+        if tensor_parallel_size(placement) is not None:
+            profile = tensor_parallel.placed(profile, placement, REGIME_OF_GRAPHS_FLAG[regime_flag], 1.0, (), [])
         by_prompt: dict[str, list[dict]] = {}
         for line in lines:
             by_prompt.setdefault(line["prompt_id"], []).append(line)
