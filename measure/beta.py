@@ -270,7 +270,7 @@ def run(argv) -> list[Path]:
     write_atomic(files[1], markdown(result))
     figure(result, files[2])
     if profile is not None:
-        profile["sampling"] = sampling_section(result)
+        profile["sampling"] = {**(profile.get("sampling") or {}), **sampling_section(result)}
         check_profile(profile, args.add_to_profile)
         write_atomic(args.add_to_profile, json.dumps(profile, indent=1) + "\n")
         files.append(Path(args.add_to_profile))

@@ -10,12 +10,15 @@ from pathlib import Path
 from contracts import UsageError
 from contracts.files import check_output_file
 from contracts.progress import Progress
+from model.cli import sampling_settings
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
 from model.pair import load_pair, resolve_placement
 from model.prompts import select_prompts
+from model.sampling import SamplingSettings
 
 from . import profile as profile_io
+from . import sampling_costs
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import (
     BOOKKEEPING_NEW_TOKENS,
@@ -52,6 +55,9 @@ class MeasureSettings:
     seed: int = 0  # seed of synthetic weights and the clustering
     early_exit_layers: int | None = None  # the early-exit drafter's L (its costs are measured when given)
     lookup_ngram: int = 2  # prompt lookup's max_matching_ngram_size (its search is always measured)
+    temperature: float = 0.0  # > 0: also time what sampling adds (the profile's sampling.costs)
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 def check_settings(settings: MeasureSettings) -> None:
@@ -73,6 +79,12 @@ def check_settings(settings: MeasureSettings) -> None:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
         raise UsageError(f"--graphs takes on, off or on,off, got {','.join(settings.graphs)!r}")
+    sampling_of(settings)
+
+
+def sampling_of(settings: MeasureSettings) -> SamplingSettings:
+    """The sampling settings the sampling costs are timed at (checked; greedy: none are timed)."""
+    return sampling_settings(settings.temperature, settings.top_k, settings.top_p, settings.seed)
 
 
 def default_probes(clusters: int) -> list[int]:
@@ -113,6 +125,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     draft_device = pair.draft_device
     clustering = pair.clustering
     probes = list(settings.probes) if settings.probes else default_probes(clustering.clusters)
+    sampling = sampling_of(settings)
     if max(probes) > clustering.clusters:
         raise UsageError(
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
@@ -128,6 +141,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + 1
             + len(contexts) * (1 if settings.early_exit_layers is None else 2)
             + (settings.early_exit_layers is not None)
+            + (0 if sampling.greedy else settings.K_max + 2 + len(probes))
         )
         + 2
     )
@@ -147,13 +161,15 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             lambda what: (progress.note(what), progress.update()),
         )
         host = host_costs(bench)
-        costs = {}
+        costs, sampled = {}, {}
         for regime in regimes:
             graphs = regime == "on"
             costs["graphs" if graphs else "eager"] = {
                 "target": target_costs(bench, graphs),
                 "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
+            if not sampling.greedy:
+                sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling)
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         progress.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)
@@ -180,6 +196,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         devices=[target_device, draft_device],
         notes=notes,
     )
+    if sampled:
+        profile["sampling"] = {"costs": sampling_costs.section(sampled, sampling)}
     return profile_io.write(profile, Path(out), floors, command)
 
 

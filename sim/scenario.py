@@ -18,6 +18,7 @@ from contracts.progress import Progress
 
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
+from .sampling_costs import sampled_profile
 from .schedules import Config
 from .simulate import simulate
 from .trace import rounds_by_prompt
@@ -268,6 +269,8 @@ def resolve(s: Scenario) -> Resolved:
     elif s.drafters != ("draft-model",):
         notes.append("drafters: a synthetic acceptance source gives every drafter the same acceptance")
     profile.costs[regime].check_drafters(s.drafters)
+    if s.temperature > 0 or (traced and source.sampled):
+        profile = sampled_profile(profile, regime, notes)
     return Resolved(profile, regime, sources, generations, configs, notes)
 
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.names import REGIME_OF_GRAPHS_FLAG
+from sim.profile import load_profile
+from sim.sampling_costs import head_cost_path
+
 from .plan import Config
 from .predict import predict
 
@@ -19,7 +23,6 @@ SCHEDULES = ("baseline", "deferred")
 # The phases whose measured / predicted ratio scales each profile cost; target forwards are verifies
 # and standalone appends alike.
 PHASES_OF_COST = {"target.forward_ms": ("verify", "finalize"), "draft.body_ms": ("draft_body",)}
-HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
 
 
 @dataclass
@@ -54,7 +57,10 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
-    phases = {**PHASES_OF_COST, HEAD_COSTS[head]: ("draft_head",)}
+    sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    head_path = head_cost_path(load_profile(str(profile_path)).raw, regime, head, sampled)
+    phases = {**PHASES_OF_COST, head_path: ("draft_head",)}
     scales = {}
     for path, names in phases.items():
         m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)
