@@ -42,6 +42,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     put("empty.jsonl", "")
     profile = tiny_profile()
     put("good_profile.json", json.dumps(profile))
+    put("cpu_profile.json", json.dumps(tiny_profile("cpu")))
     negative = tiny_profile()
     negative["flashhead"]["default_probes"] = -3
     put("negative_probes.json", json.dumps(negative))
@@ -201,6 +202,9 @@ CASES = [
     ("measure", [*TINY, "--placement", "two-gpu"], "no GPU"),
     ("measure", [*TINY, "--out", "{a_file}/p.json"], "a_file exists and is not a folder"),
     ("measure", ["--target", "qwen3-32b-awq", "--placement", "cpu"], "it needs a GPU"),
+    ("measure", [*TINY, "--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    ("measure", [*TINY, "--temperature", "0.7", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    ("measure", [*TINY, "--top-k", "5"], "--top-k and --top-p apply when sampling"),
     # validate: choices, numbers, profiles, runs, outputs
     ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
     ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
@@ -220,6 +224,19 @@ CASES = [
     ("validate", ["--from-runs", "{runs}", "--profile", "{good_profile.json}"], "unknown summary schema"),
     ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
     ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
+    ("validate", [*VALIDATE, "--measure", "--temperature", "nan"], "--temperature must be a finite number >= 0"),
+    ("validate", [*VALIDATE, "--measure", "--top-p", "0.9"], "--top-k and --top-p apply when sampling"),
+    (
+        "validate",
+        [*VALIDATE, "--measure", "--temperature", "0.7", "--top-k", "5", "--acceptance", "a=0.5"],
+        "--acceptance under sampling needs --top-k 0 and --top-p 1",
+    ),
+    (
+        "validate",
+        [*VALIDATE, "--profile", "{cpu_profile.json}", "--temperature", "0.7"],
+        "has no sampling costs for the eager regime",
+    ),
+    ("validate", [*VALIDATE, "--peers", "--temperature", "0.7"], "--peers compares greedy generation"),
 ]
 NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
 

@@ -114,6 +114,8 @@ def run(args) -> Path:
         args.target, args.draft, placement, args.dtype, args.seed, prompts, reference_len, K_max, args.clustering
     )
     control = control_for(pair, args.acceptance)
+    if control is not None:  # the default control of synthetic weights too
+        sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     if "flashhead" in heads:
         pair.head("flashhead", args.probes)  # bad probes fail here, before any run
     lengths = [len(x) for x in work.ids]
