@@ -201,13 +201,32 @@ def _fraction(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1
 
 
+# What `python -m measure --temperature T` adds to the sampling section, per regime: the verify's
+# decision as the decoder makes it greedily and under sampling (tables over n_tokens = K + 1), and the
+# draft's heads under sampling (q and its draw; dense a timing, FlashHead a table over probes).
+SAMPLING_COSTS = ("verify_greedy_ms", "verify_sampled_ms", "head_dense_ms", "head_flashhead_ms")
+
+
 def check_sampling(sampling, source: str) -> None:
-    """The optional `sampling` section: expected acceptance beta = sum_x min(p(x), q(x)) per
-    temperature (a key: the temperature as a decimal string, > 0), for the dense draft head
-    (`dense.beta`) and FlashHead per probe count (`flashhead.probes` / `.beta`), with the number of
-    states `n` each is a mean over, and the weights (`real` or `synthetic`) it was measured on."""
+    """The optional `sampling` section: `beta` and/or `costs`. `beta`: expected acceptance
+    beta = sum_x min(p(x), q(x)) per temperature (a key: the temperature as a decimal string, > 0),
+    for the dense draft head (`dense.beta`) and FlashHead per probe count (`flashhead.probes` /
+    `.beta`), with the number of states `n` each is a mean over, and the `weights` (`real` or
+    `synthetic`) it was measured on. `costs`: the sampling settings they were timed at and, per regime,
+    every cost of SAMPLING_COSTS."""
     where = f"{source}: sampling"
-    if not isinstance(sampling, dict) or not isinstance(sampling.get("beta"), dict) or not sampling["beta"]:
+    if not isinstance(sampling, dict) or not ({"beta", "costs"} & set(sampling)):
+        raise UsageError(
+            f"{where} needs 'beta' (python -m measure.beta) and/or 'costs' (python -m measure --temperature)"
+        )
+    if "beta" in sampling:
+        _check_beta(sampling, where)
+    if "costs" in sampling:
+        _check_sampling_costs(sampling["costs"], f"{where}.costs")
+
+
+def _check_beta(sampling: dict, where: str) -> None:
+    if not isinstance(sampling.get("beta"), dict) or not sampling["beta"]:
         raise UsageError(f"{where} needs a non-empty object 'beta' of temperatures")
     if sampling.get("weights") not in WEIGHTS:
         raise UsageError(f"{where}.weights must be one of {', '.join(WEIGHTS)}")
@@ -351,6 +370,24 @@ def _check_curve(label: str, positions, where: str) -> None:
     prefixes = [p["prefix"] for p in positions]
     if any(later > earlier for earlier, later in zip(prefixes, prefixes[1:])):
         raise UsageError(f"{where}: 'prefix' (all tokens agreed so far) cannot grow with the position")
+
+
+def _check_sampling_costs(costs, where: str) -> None:
+    if not isinstance(costs, dict):
+        raise UsageError(f"{where}: expected an object")
+    temperature, top_k, top_p = costs.get("temperature"), costs.get("top_k"), costs.get("top_p")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
+        raise UsageError(f"{where}.temperature: expected the number > 0 the costs were timed at")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0 or not _fraction(top_p) or top_p == 0:
+        raise UsageError(f"{where}: needs top_k (an integer >= 0, 0: off) and top_p (in (0, 1], 1: off)")
+    regimes = costs.get("regimes")
+    if not isinstance(regimes, dict) or not regimes or set(regimes) - set(REGIMES):
+        raise UsageError(f"{where}.regimes must hold {' and/or '.join(repr(r) for r in REGIMES)}")
+    for name, regime in regimes.items():
+        for cost in SAMPLING_COSTS:
+            if not isinstance(regime, dict) or cost not in regime:
+                raise UsageError(f"{where}.regimes.{name}.{cost}: missing cost")
+            cost_grid(regime[cost], f"{where}.regimes.{name}.{cost}")
 
 
 def read_profile(path: str | Path) -> dict:

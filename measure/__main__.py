@@ -14,7 +14,7 @@ from contracts.cli import OneLineParser, require_modules
 require_modules("python -m measure", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
 from contracts.names import tensor_parallel_size  # noqa: E402
-from model.cli import run_torch_command  # noqa: E402
+from model.cli import add_sampling_options, run_torch_command  # noqa: E402
 
 from . import tensor_parallel  # noqa: E402
 from .profiling import MeasureSettings, measure_profile  # noqa: E402
@@ -49,7 +49,8 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--agreement-max-len", type=int, help=f"tokens per prompt for r(p) (default {DEFAULTS.agreement_max_len})")
     add("--reps", type=int, help=f"timed repetitions per point (default {DEFAULTS.reps})")
     add("--warmup", type=int, help=f"warm-up runs per point (default {DEFAULTS.warmup})")
-    add("--seed", type=int, help="seed of synthetic weights and the clustering (default 0)")
+    add("--seed", type=int, help="seed of synthetic weights, the clustering and sampling (default 0)")
+    add_sampling_options(p, defaults=False)
     add("--early-exit-layers", type=int, help="also time the early-exit drafter of the target's first L layers")
     add(
         "--tree-widths",

@@ -14,8 +14,8 @@ p is the model's distribution after its full depth, q the early-exit draft's (th
 both at temperature T (no top-k or top-p). The states are those a proposal sees: every position of
 each prompt's greedy continuation, teacher-forced (recall.collect_states, cached in the model
 folder, as is the clustering). beta is averaged over states; intervals are 95% bootstrap intervals
-over prompts. Writes beta.json, beta.md and beta.png into --out; with --add-to-profile also rewrites
-that profile with its `sampling` section (contracts.profile.check_sampling).
+over prompts. Writes beta.json, beta.md, beta.png and beta_by_category.png into --out; with
+--add-to-profile also adds its `beta` to that profile's `sampling` section (contracts.profile.check_sampling).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from contracts.profile import check_profile
 from model.flashhead import Clustering
 from model.loading import load_model
 
+from . import beta_plot
 from .recall import STUDY_CATEGORIES, cached_states, clustering_for, study_prompts
 
 COMMAND = "python -m measure.beta"
@@ -265,12 +266,13 @@ def run(argv) -> list[Path]:
         "per_category": per_category,
     }
     out.mkdir(parents=True, exist_ok=True)
-    files = [out / "beta.json", out / "beta.md", out / "beta.png"]
+    files = [out / "beta.json", out / "beta.md", out / "beta.png", out / beta_plot.FILE]
     write_atomic(files[0], json.dumps(result, indent=1) + "\n")
     write_atomic(files[1], markdown(result))
     figure(result, files[2])
+    beta_plot.category_figure(result, files[3])
     if profile is not None:
-        profile["sampling"] = sampling_section(result)
+        profile["sampling"] = {**(profile.get("sampling") or {}), **sampling_section(result)}
         check_profile(profile, args.add_to_profile)
         write_atomic(args.add_to_profile, json.dumps(profile, indent=1) + "\n")
         files.append(Path(args.add_to_profile))

@@ -134,6 +134,21 @@ def markdown(profile: dict, floors: dict, command: str) -> str:
                     floor = floors.get(f"{group}.{name}")
                     lines.append(f"| {group}.{name} | {where} | {_ms(point)} | {floor if floor is not None else '-'} |")
         lines.append("")
+    sampled = (profile.get("sampling") or {}).get("costs")
+    if sampled:
+        lines += [
+            f"## sampling costs (temperature {sampled['temperature']:g}, top-k {sampled['top_k'] or 'off'}, "
+            f"top-p {sampled['top_p']:g})",
+            "",
+            "| regime | cost | point | timing |",
+            "|---|---|---|---|",
+        ]
+        for regime, costs in sampled["regimes"].items():
+            for name, cost in costs.items():
+                for point in cost.get("points", [cost]):
+                    where = ", ".join(f"{k}={v}" for k, v in point.items() if k in ("n_tokens", "probes"))
+                    lines.append(f"| {regime} | sampling.{name} | {where} | {_ms(point)} |")
+        lines.append("")
     agreement = profile["flashhead"].get("agreement")
     if agreement:
         lines += [

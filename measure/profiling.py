@@ -13,12 +13,15 @@ from contracts.heads import check_assets, parse_heads
 from contracts.names import tensor_parallel_size
 from contracts.progress import Progress
 from contracts.trees import MAX_NODES
+from model.cli import sampling_settings
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
 from model.pair import load_pair, resolve_placement
 from model.prompts import select_prompts
+from model.sampling import SamplingSettings
 
 from . import profile as profile_io
+from . import sampling_costs
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import (
     BOOKKEEPING_NEW_TOKENS,
@@ -60,6 +63,9 @@ class MeasureSettings:
     tree_widths: tuple[int, ...] = ()  # token trees: more target forward and draft body widths (up to MAX_NODES + 1)
     heads: str | None = None  # head specs whose costs go into the heads section (measure/head_profile.py)
     head_assets: str | None = None  # the shortlist/router assets those heads load
+    temperature: float = 0.0  # > 0: also time what sampling adds (the profile's sampling.costs)
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 def check_settings(settings: MeasureSettings) -> None:
@@ -87,6 +93,12 @@ def check_settings(settings: MeasureSettings) -> None:
         check_assets(spec, settings.head_assets)
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
         raise UsageError(f"--graphs takes on, off or on,off, got {','.join(settings.graphs)!r}")
+    sampling_of(settings)
+
+
+def sampling_of(settings: MeasureSettings) -> SamplingSettings:
+    """The sampling settings the sampling costs are timed at (checked; greedy: none are timed)."""
+    return sampling_settings(settings.temperature, settings.top_k, settings.top_p, settings.seed)
 
 
 def default_probes(clusters: int) -> list[int]:
@@ -133,6 +145,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     draft_device = pair.draft_device
     clustering = pair.clustering
     probes = list(settings.probes) if settings.probes else default_probes(clustering.clusters)
+    sampling = sampling_of(settings)
     if max(probes) > clustering.clusters:
         raise UsageError(
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
@@ -149,6 +162,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + len(contexts) * (1 if settings.early_exit_layers is None else 2)
             + (settings.early_exit_layers is not None)
             + head_points(settings.heads)
+            + (0 if sampling.greedy else settings.K_max + 2 + len(probes))
         )
         + 2
     )
@@ -169,13 +183,15 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             settings.tree_widths,
         )
         host = host_costs(bench)
-        costs = {}
+        costs, sampled = {}, {}
         for regime in regimes:
             graphs = regime == "on"
             costs["graphs" if graphs else "eager"] = {
                 "target": target_costs(bench, graphs),
                 "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
+            if not sampling.greedy:
+                sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling)
         if settings.heads:  # in the profile's first regime: graphs where it has them
             weights = pair.draft.info["weights"]
             heads_section = {"cost": head_cost_section(bench, pair, settings.heads, "on" in regimes, weights)}
@@ -207,6 +223,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     )
     if settings.heads:
         profile["heads"] = heads_section
+    if sampled:
+        profile["sampling"] = {"costs": sampling_costs.section(sampled, sampling)}
     return profile_io.write(profile, Path(out), floors, command)
 
 

@@ -25,13 +25,12 @@ from contracts.trees import TREE_FORMS, parse_tree
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
 from model.acceptance_control import parse_spec  # noqa: E402
-from model.cli import run_torch_command  # noqa: E402
+from model.cli import add_sampling_options, run_torch_command, sampling_settings  # noqa: E402
 from model.drafting import Drafting  # noqa: E402
 from model.early_exit import early_exit  # noqa: E402
 from model.pair import load_pair  # noqa: E402
 from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
-from model.sampling import SamplingSettings  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
 from model.tree_rounds import check_tree  # noqa: E402
 
@@ -127,14 +126,7 @@ def parse_args(argv) -> argparse.Namespace:
         default=0,
         help="seed of synthetic weights, clustering, acceptance control and sampling (default 0)",
     )
-    add(
-        "--temperature",
-        type=float,
-        default=0.0,
-        help="sampling temperature; 0 (default) is greedy decoding; speculation keeps the target's distribution",
-    )
-    add("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0: all)")
-    add("--top-p", type=float, default=1.0, help="sample from the smallest set of mass >= p (default 1: all)")
+    add_sampling_options(p)
     add(
         "--samples",
         type=int,
@@ -346,17 +338,15 @@ def _check_numbers(args) -> None:
     check_assets(args.head_spec, args.head_assets)
 
 
-def _sampling(args) -> SamplingSettings:
+def _sampling(args):
     """The sampling settings (bad values: one line, exit 2), and the options that need greedy decoding."""
-    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
+    settings = sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, args.acceptance)
     if args.samples < 1:
         raise UsageError(f"--samples must be >= 1, got {args.samples}")
     if settings.greedy and args.samples > 1:
         raise UsageError("--samples needs --temperature > 0 (greedy generations are all the same)")
     if not settings.greedy and args.check_exact:
         raise UsageError("--check-exact compares with greedy decoding: use it with --temperature 0")
-    if not settings.greedy and args.acceptance and (settings.top_k or settings.top_p < 1):
-        raise UsageError("--acceptance under sampling needs --top-k 0 and --top-p 1 (a controlled accept needs p > 0)")
     return settings
 
 

@@ -157,6 +157,7 @@ class TraceReplay:
             if all(name in (r.get("runs") or {}) for r in every)
         }
         self.drafters = tuple(d for d in DRAFTERS if d in self.runs or d == self.drafter)
+        self.sampled = any("sample" in r for r in every)  # recorded under speculative sampling: its costs apply
         tested = accepted = 0
         for prompt_id, rounds in rounds_by_prompt.items():
             stream: list[bool | None] = []

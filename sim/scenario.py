@@ -28,6 +28,7 @@ from . import heads as head_specs
 from . import tensor_parallel
 from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
 from .profile import DATA, Profile, load_profile
+from .sampling_costs import sampled_profile
 from .schedules import Config
 from .simulate import simulate
 from .trace import rounds_by_prompt
@@ -308,6 +309,8 @@ def resolve(s: Scenario) -> Resolved:
     elif s.drafters != ("draft-model",):
         notes.append("drafters: a synthetic acceptance source gives every drafter the same acceptance")
     profile.costs[regime].check_drafters(s.drafters)
+    if s.temperature > 0 or (traced and source.sampled):
+        profile = sampled_profile(profile, regime, notes)
     return Resolved(profile, regime, sources, generations, configs, notes)
 
 

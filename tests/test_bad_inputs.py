@@ -43,6 +43,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     profile = tiny_profile()
     put("good_profile.json", json.dumps(profile))
     put("heads_profile.json", json.dumps(tiny_heads_profile()))
+    put("cpu_profile.json", json.dumps(tiny_profile("cpu")))
     negative = tiny_profile()
     negative["flashhead"]["default_probes"] = -3
     put("negative_probes.json", json.dumps(negative))
@@ -253,6 +254,9 @@ CASES = [
         ["--placement", "tp2", "--target", "tiny-llama", "--add-to", "{good_profile.json}"],
         "launch with torchrun --nproc-per-node 2 -m measure",
     ),
+    ("measure", [*TINY, "--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    ("measure", [*TINY, "--temperature", "0.7", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    ("measure", [*TINY, "--top-k", "5"], "--top-k and --top-p apply when sampling"),
     # validate: choices, numbers, profiles, runs, outputs
     ("validate", [*VALIDATE, "--schedules", "eager", "--measure"], "unknown schedule 'eager'"),
     ("validate", [*VALIDATE, "--heads", "sparse", "--measure"], "unknown head 'sparse'"),
@@ -275,6 +279,19 @@ CASES = [
     ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
     ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
     ("validate", [*VALIDATE, "--measure", "--placement", "tp2"], "placement tp2: record the runs with torchrun"),
+    ("validate", [*VALIDATE, "--measure", "--temperature", "nan"], "--temperature must be a finite number >= 0"),
+    ("validate", [*VALIDATE, "--measure", "--top-p", "0.9"], "--top-k and --top-p apply when sampling"),
+    (
+        "validate",
+        [*VALIDATE, "--measure", "--temperature", "0.7", "--top-k", "5", "--acceptance", "a=0.5"],
+        "--acceptance under sampling needs --top-k 0 and --top-p 1",
+    ),
+    (
+        "validate",
+        [*VALIDATE, "--profile", "{cpu_profile.json}", "--temperature", "0.7"],
+        "has no sampling costs for the eager regime",
+    ),
+    ("validate", [*VALIDATE, "--peers", "--temperature", "0.7"], "--peers compares greedy generation"),
 ]
 NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
 

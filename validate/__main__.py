@@ -11,7 +11,7 @@ from contracts.cli import OneLineParser, require_modules
 
 require_modules("python -m validate", ("torch", "simpy"), "pip install torch, then pip install -e '.[model]'")
 
-from model.cli import run_torch_command  # noqa: E402
+from model.cli import add_sampling_options, run_torch_command  # noqa: E402
 
 from . import peers, pipeline  # noqa: E402
 
@@ -32,6 +32,12 @@ what a validation run does (default):
   our own weight tensors, against ours in baseline and in one schedule (--schedule, or the fastest in a
   short trial) with each head; interleaved, warmed up, medians over prompts; outputs checked against
   our target's greedy output. Writes peers.md and peers.csv.
+
+sampling (--temperature T > 0, --top-k, --top-p):
+  Every run samples (one generation per prompt, seeded by --seed); the predictions charge the profile's
+  sampling costs (python -m measure --temperature T; --measure times them). With synthetic weights the
+  acceptance control sets which positions accept while the draft's sampling, the acceptance test and
+  the residual sample all run; with real weights acceptance is real.
 
 acceptance (--acceptance):
   a=0.43 | pattern=1,0,1   acceptance control for synthetic weights: the draft runs its real body and
@@ -141,7 +147,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--dtype", default=None, help="float32, bfloat16 or float16 (default bfloat16 on GPU, float32 on CPU)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights, clustering, acceptance control")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of synthetic weights, clustering, acceptance control and sampling"
+    )
+    add_sampling_options(p)
     p.add_argument(
         "--warmup", type=int, default=1, help="untimed generations before each configuration / system (default 1)"
     )

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.names import REGIME_OF_GRAPHS_FLAG
+from sim.profile import load_profile
+from sim.sampling_costs import sampled_head_cost_path
+
 from .heads import head_cost_path
 from .plan import Config
 from .predict import predict
@@ -55,7 +59,13 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
-    phases = {**PHASES_OF_COST, head_cost_path(profile_path, head, HEAD_COSTS): ("draft_head",)}
+    sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
+    if sampled:
+        regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+        head_path = sampled_head_cost_path(load_profile(str(profile_path)).raw, regime, head)
+    else:
+        head_path = head_cost_path(profile_path, head, HEAD_COSTS)
+    phases = {**PHASES_OF_COST, head_path: ("draft_head",)}
     scales = {}
     for path, names in phases.items():
         m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)

@@ -103,6 +103,8 @@ def run(args) -> Path:
         raise UsageError(f"unknown schedule {args.schedule!r} for --peers; valid: {', '.join(SPECULATIVE)}")
     if args.profile or args.measure:
         raise UsageError("--peers measures real runs only; it takes no --profile or --measure")
+    if args.temperature != 0 or args.top_k or args.top_p != 1:
+        raise UsageError("--peers compares greedy generation: it takes no --temperature, --top-k or --top-p")
     if args.max_new_tokens < 2 or args.warmup < 0:
         raise UsageError("--max-new-tokens must be >= 2 and --warmup >= 0")
     placement, target_device, _ = resolve_placement(args.placement)

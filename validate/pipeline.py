@@ -21,11 +21,13 @@ from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
+from model.cli import sampling_settings
 from model.pair import resolve_placement
 from model.prompts import select_prompts
 from model.trace import timeline_meta
 from sim import tensor_parallel
 from sim.profile import load_profile
+from sim.sampling_costs import sampled_profile
 
 from . import report
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
@@ -75,6 +77,9 @@ def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, p
         head_assets=args.head_assets,
         prompts_file=args.prompts_file,
         seed=args.seed,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
     )
     settings, _ = settings_from(shlex.split(args.measure_args), base, overrides_only=True)
     check_settings(settings)
@@ -98,12 +103,13 @@ def run(args) -> Path:
     ks = parse_ks(args.K)
     configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
+    args.sampling = sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, args.acceptance)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
     if args.profile:
-        check_profile(args.profile, placement, graphs)
+        check_profile(args.profile, placement, graphs, sampled=not args.sampling.greedy)
         check_profile_heads(args.profile, heads, graphs, args.probes)
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1])
@@ -124,6 +130,8 @@ def run(args) -> Path:
         args.head_assets,
     )
     control = control_for(pair, args.acceptance)
+    if control is not None:  # the default control of synthetic weights too
+        sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     for head in heads:
         pair.head(head, args.probes)  # bad probes, budgets or assets fail here, before any run
     lengths = [len(x) for x in work.ids]
@@ -351,7 +359,10 @@ def _predict_all(
                 + ", replaying its own trace"
             )
             write_timeline(folder / PREDICTED_TIMELINE, intervals, timeline)
-        closed = closed_form(costs, config.schedule, config.head, config.K, probes, placement, lines)
+        sampled = any("sample" in line for line in lines)
+        regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+        closed_costs = sampled_profile(profile, regime, []).costs[regime] if sampled else costs
+        closed = closed_form(closed_costs, config.schedule, config.head, config.K, probes, placement, lines)
         results.append(
             report.Result(
                 config,
@@ -382,7 +393,7 @@ def _decode_all(
         for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
             group = list(group)
             head = pair.head(head_kind, args.probes)
-            dec = pair.decoder(head, K or first_K, graphs, control)
+            dec = pair.decoder(head, K or first_K, graphs, control, sampling=args.sampling)
             if control is not None and refs is None:
                 progress.note("target references")
                 refs = references(dec, work, reference_len)
@@ -413,7 +424,14 @@ def _decode_all(
                     config,
                     config_probes,
                     run_config_dict(
-                        pair, [calibration_prompt], config, config_probes, dec.graphs, args.max_new_tokens, control
+                        pair,
+                        [calibration_prompt],
+                        config,
+                        config_probes,
+                        dec.graphs,
+                        args.max_new_tokens,
+                        control,
+                        args.sampling,
                     ),
                 )
                 stem = trace_name(name, config)
@@ -442,7 +460,14 @@ def _decode_all(
                     config,
                     config_probes,
                     run_config_dict(
-                        pair, work.prompts, config, config_probes, dec.graphs, args.max_new_tokens, control
+                        pair,
+                        work.prompts,
+                        config,
+                        config_probes,
+                        dec.graphs,
+                        args.max_new_tokens,
+                        control,
+                        args.sampling,
                     ),
                 )
                 if config == drawn:

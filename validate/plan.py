@@ -88,8 +88,9 @@ def refuse_tensor_parallel(placement: str) -> None:
         )
 
 
-def check_profile(path: str, placement: str, graphs: bool) -> Profile:
-    """The profile the simulator will read, measured where this run runs and in its regime."""
+def check_profile(path: str, placement: str, graphs: bool, sampled: bool = False) -> Profile:
+    """The profile the simulator will read, measured where this run runs and in its regime (and, for
+    sampled runs, with the sampling costs of that regime)."""
     if not Path(path).is_file():
         raise UsageError(f"profile not found: {path} (pass a profile JSON from python -m measure, or --measure)")
     profile = load_profile(path)
@@ -104,6 +105,11 @@ def check_profile(path: str, placement: str, graphs: bool) -> Profile:
         raise UsageError(
             f"profile {path} has no {regime} costs (it carries {', '.join(profile.costs)}); "
             f"run with --graphs {'off' if graphs else 'on'} or measure that regime"
+        )
+    if sampled and regime not in ((profile.raw.get("sampling") or {}).get("costs") or {}).get("regimes", {}):
+        raise UsageError(
+            f"profile {path} has no sampling costs for the {regime} regime (measure it with python -m measure "
+            "--temperature T, or pass --measure)"
         )
     return profile
 

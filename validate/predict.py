@@ -11,6 +11,7 @@ from contracts.names import REGIME_OF_GRAPHS_FLAG, SIMULATED_PHASES, tensor_para
 from sim import tensor_parallel
 from sim.acceptance import TraceReplay
 from sim.profile import load_profile
+from sim.sampling_costs import sampled_profile
 from sim.scenario import Scenario, run, timeline
 from sim.schedules import Config as SimConfig
 from sim.simulate import simulate
@@ -41,10 +42,12 @@ def predict(
             by_prompt.setdefault(line["prompt_id"], []).append(line)
         source = TraceReplay(by_prompt, "dense", None)
         sim_config = SimConfig("baseline", "dense", 1, profile.default_probes, placement)
-        row = simulate(
-            profile.costs[REGIME_OF_GRAPHS_FLAG[regime_flag]], sim_config, source, source.generations, ceiling=False
-        )
-        return row, [f"profile: {profile.label()} [{profile.source}], regime: {REGIME_OF_GRAPHS_FLAG[regime_flag]}"]
+        regime = REGIME_OF_GRAPHS_FLAG[regime_flag]
+        notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
+        if source.sampled:
+            profile = sampled_profile(profile, regime, notes)
+        row = simulate(profile.costs[regime], sim_config, source, source.generations, ceiling=False)
+        return row, notes
     rows, resolved = run(_scenario(profile_path, trace_path, config, probes, placement, graphs, edits), ceiling=False)
     return rows[-1], resolved.notes
 

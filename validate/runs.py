@@ -14,6 +14,7 @@ from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.pair import Pair
 from model.prompts import Prompt
+from model.sampling import GREEDY, SamplingSettings
 from model.trace import Generation, summarize, trace_lines
 
 from .plan import Config
@@ -97,7 +98,14 @@ def decode(
 
 
 def run_config_dict(
-    pair: Pair, prompts: list[Prompt], config: Config, probes: int | None, graphs: bool, max_new: int, control
+    pair: Pair,
+    prompts: list[Prompt],
+    config: Config,
+    probes: int | None,
+    graphs: bool,
+    max_new: int,
+    control,
+    sampling: SamplingSettings = GREEDY,
 ) -> dict:
     """The summary's config object (docs/contracts.md)."""
     out = {
@@ -115,6 +123,8 @@ def run_config_dict(
     }
     if control is not None and config.K:
         out["acceptance_control"] = control.describe()
+    if not sampling.greedy:
+        out["sampling"] = {**sampling.describe(), "samples": 1}
     return out
 
 
