@@ -28,11 +28,11 @@ from model.acceptance_control import parse_spec  # noqa: E402
 from model.cli import add_sampling_options, run_torch_command, sampling_settings  # noqa: E402
 from model.drafting import Drafting  # noqa: E402
 from model.early_exit import early_exit  # noqa: E402
-from model.pair import load_pair  # noqa: E402
+from model.pair import load_pair, resolve_placement  # noqa: E402
 from model.prompt_lookup import match_runs  # noqa: E402
 from model.prompts import select_prompts  # noqa: E402
 from model.trace import summarize, timeline_meta, trace_lines  # noqa: E402
-from model.tree_rounds import check_tree  # noqa: E402
+from model.tree_rounds import check_tree, check_tree_precision  # noqa: E402
 
 EPILOG = """\
 prompt selections (--prompts):
@@ -197,6 +197,9 @@ def run(args) -> int:
     args.tree_shape = parse_tree(args.tree)
     alone = not arms_choice and not (args.placement or "").startswith("tp")
     check_tree(args.tree_shape, schedules, settings.greedy, args.head_spec.kind, alone)
+    if args.tree_shape.kind != "chain" and alone:
+        on_gpu = resolve_placement(args.placement)[0] != "cpu"
+        check_tree_precision(args.tree_shape, "cuda" if on_gpu else "cpu", args.dtype or "bfloat16")
     if args.tree_shape.kind != "chain":
         args.K = args.tree_shape.depth
     if not settings.greedy and (arms_choice or (args.placement or "").startswith("tp")):

@@ -38,7 +38,7 @@ from model.sampling import GREEDY, SamplingSettings
 from model.sampling_noise import SamplingNoise
 from model.sampling_triton import BlockVerifier
 from model.trace import Generation, Round
-from model.tree_rounds import TreeRounds, check_tree, head_kind
+from model.tree_rounds import TreeRounds, check_tree, check_tree_precision, head_kind
 
 EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
 
@@ -383,6 +383,7 @@ class Decoder:
             )
         self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
         self.target_device = target.head_weight.device
+        check_tree_precision(tree, self.target_device.type, target.head_weight.dtype)
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling

@@ -56,6 +56,18 @@ def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: st
         raise UsageError(f"{label}: trees rank children with {', '.join(TREE_HEADS)} heads, not {head_kind}")
 
 
+def check_tree_precision(tree: TreeShape, device_type: str, dtype) -> None:
+    """Trees on a GPU run in float32 only. A node's ancestors sit at other cache slots than the same
+    tokens in a chain, so tree attention adds the same terms in another order; in bfloat16 that flipped
+    near-tied argmaxes of a synthetic 32B AWQ target within 9-32 tokens on an H200 (docs/design.md,
+    "Token trees": the path-ordered kernel that would make it exact by construction)."""
+    if tree.kind != "chain" and device_type == "cuda" and dtype not in (torch.float32, "float32"):
+        raise UsageError(
+            f"--tree {tree.label} on a GPU needs --dtype float32: in bfloat16 or float16 tree attention is not "
+            "bit-exact against target-only greedy (its keys are summed in another order than a chain's)"
+        )
+
+
 def head_kind(draft_head) -> str:
     """The contracts.heads kind of a draft head object (a router anywhere makes it a router)."""
     kinds = {DenseHead: "dense", FlashHead: "flashhead", ShortlistHead: "shortlist"}

@@ -289,3 +289,14 @@ def test_fused_tree_forward_matches_the_torch_path():
     pos = torch.arange(words.numel())
     want, got = reference.forward_hidden(tokens, pos, tree), fused.forward_hidden(tokens, pos, tree)
     assert (want - got).abs().max() < 1e-4 * want.abs().max()
+
+
+def test_trees_on_a_gpu_are_refused_below_float32():
+    """bfloat16 tree attention flipped near-tied argmaxes on an H200 (docs/design.md): refused in one line."""
+    tree = parse_tree("2x2x1")
+    for dtype in (torch.bfloat16, torch.float16, "bfloat16"):
+        with pytest.raises(UsageError, match="needs --dtype float32"):
+            tree_rounds.check_tree_precision(tree, "cuda", dtype)
+    tree_rounds.check_tree_precision(tree, "cuda", torch.float32)
+    tree_rounds.check_tree_precision(tree, "cpu", torch.bfloat16)
+    tree_rounds.check_tree_precision(parse_tree("chain"), "cuda", torch.bfloat16)
