@@ -30,7 +30,7 @@ from contracts.files import staged, write_atomic
 from contracts.names import POLICIES, REGIME_OF_GRAPHS_FLAG
 from contracts.policies import Arm, arms, make_policy, parse_drafters
 from contracts.progress import Progress
-from contracts.trace import write_summary, write_trace
+from contracts.trace import read_trace, write_summary, write_trace
 from model.drafter_runs import drafter_runs
 from model.drafting import Drafting
 from model.early_exit import early_exit
@@ -40,8 +40,9 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
-from .pipeline import calibration_workload
-from .plan import check_acceptance, check_profile, choose_prompts, graphs_on, parse_ks, report_folder
+from .pipeline import calibration_workload, profile_has_read_gap
+from .plan import Config, check_acceptance, check_profile, choose_prompts, graphs_on, parse_ks, report_folder
+from .predict import predict
 from .runs import Workload, control_for, decode, free_memory, load_pair, references, run_config_dict
 
 SCHEDULE = "deferred"
@@ -305,9 +306,8 @@ def _decode(dec, work, setting, args, control, refs, warmup, progress=None):
     return decode(dec, work, schedule, args.max_new_tokens, control, refs, warmup, progress=progress)
 
 
-def _sim_config(setting: Setting, K: int):
-    from .plan import Config
-
+def _sim_config(setting: Setting, K: int) -> Config:
+    """The validation matrix's Config of a setting (what the summary's config and the baseline's prediction name)."""
     if setting.policy == "baseline":
         return Config("baseline", "dense", 0)
     return Config(SCHEDULE, "dense", setting.arm.K if setting.arm else K)
@@ -370,8 +370,8 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
             if m > 0 and q > 0:
                 scales[path] = m / q
     edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
-    gaps = {}
-    for kind in ("baseline", "speculative"):
+    gaps = {"baseline": None, "speculative": None}
+    for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
         chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
         gaps[kind] = _fitted_gap(chosen, folder, p, profile_path, edits)
     return {
@@ -399,13 +399,14 @@ def _fitted_gap(runs: dict, folder: Path, p: dict, profile_path, edits) -> float
 
 def _one(trace: Path, setting: Setting, p: dict, profile_path, edits) -> dict:
     """The simulator's row for one calibration generation (the baseline, or one drafter fixed)."""
-    drafters = (setting.arm.drafter,) if setting.arm else p["drafters"][:1]
+    if setting.policy == "baseline":
+        config = _sim_config(setting, p["K"])
+        return predict(profile_path, trace, read_trace(trace), config, None, p["placement"], p["graphs"], edits)[0]
+    drafters = (setting.arm.drafter,)
     rows, _ = simulate(
-        _scenario(trace, p, profile_path, edits, ("fixed",), drafters, setting.arm.K if setting.arm else p["K"]),
-        ceiling=False,
-        rounds=False,
+        _scenario(trace, p, profile_path, edits, ("fixed",), drafters, setting.arm.K), ceiling=False, rounds=False
     )
-    return rows[0] if setting.policy == "baseline" else rows[1]
+    return rows[1]
 
 
 def _compare(measured: dict, alone: dict, calibrated: dict, p: dict) -> dict:
