@@ -256,13 +256,14 @@ def run(args) -> Path:
             return out
 
         # calibration first: baseline and every drafter fixed at the largest K, on a prompt of its own
+        # (after --warmup generations of it)
         calibration_work = Workload([calibration_prompt], [calibration_ids])
         calibration_runs = {}
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
         calibration_index = [len(work.prompts)]
         for setting in calibration_settings:
             dec = decoders.get(setting) or decoder(setting)
-            generations = _decode(dec, calibration_work, setting, args, control, refs, 1)
+            generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
             if setting.policy == "baseline":
                 match_runs = runs_for(calibration_index, generations)
             calibration_runs[setting] = record(setting, generations, None, match_runs)
