@@ -6,7 +6,8 @@ target's greedy output whichever proposes:
 - `early-exit`: the target's first L layers, its final norm and its head (model/early_exit.py), on the
   target's device; it shares the target's weights but keeps its own KV cache;
 - `prompt-lookup`: the tokens that followed an earlier occurrence of the context's last n-gram
-  (model/prompt_lookup.py), searched on the target device with no host sync.
+  (model/prompt_lookup.py), searched on the target device with no host sync; with synthetic weights a
+  LookupControl (model/lookup_control.py) then sets which of them the target accepts.
 A model drafter that sat out some rounds first feeds every token its cache missed (from the output
 buffer, where the host knows how many there are), so its proposals condition on the true context.
 
@@ -34,12 +35,14 @@ from model.prompt_lookup import lookup
 
 class Drafting:
     """`policy` over arms whose K is at most the decoder's K; `early`: the early-exit draft, its cache
-    set up on the target's device; `lookup_ngram`: prompt lookup's max_matching_ngram_size."""
+    set up on the target's device; `lookup_ngram`: prompt lookup's max_matching_ngram_size;
+    `lookup_control`: a LookupControl on the target's device that replaces the lookup's proposals."""
 
-    def __init__(self, policy: Policy, early=None, lookup_ngram: int = 2):
+    def __init__(self, policy: Policy, early=None, lookup_ngram: int = 2, lookup_control=None):
         if lookup_ngram < 1:
             raise UsageError(f"prompt lookup's max_matching_ngram_size must be >= 1, got {lookup_ngram}")
         self.policy, self.early, self.lookup_ngram = policy, early, lookup_ngram
+        self.lookup_control = lookup_control
         self.started = 0.0
 
     def attach(self, dec, graphs: bool) -> Drafting:
@@ -108,6 +111,8 @@ class Drafting:
             dec._event("lookup", "target", arm.K)
             with dec.clock.phase("draft_body", dec.target_device):
                 tokens = lookup(torch.cat([run.prompt, run.out]), run.n + run.prompt_len, arm.K, self.lookup_ngram)
+                if self.lookup_control is not None:  # the proposals for positions p + 1 .. p + K
+                    tokens = self.lookup_control.propose(tokens, run.cursor[2:3] + 1 + dec.positions[: arm.K])
                 return Proposals(tokens)
         first = max(2, context - run.cached.get(arm.drafter, context - 2))
         device = dec.steppers[arm.drafter][2]

@@ -292,6 +292,29 @@ CASES = [
         "has no sampling costs for the eager regime",
     ),
     ("validate", [*VALIDATE, "--peers", "--temperature", "0.7"], "--peers compares greedy generation"),
+    # validate --drafter/--policy (validate/policies.py)
+    ("validate", [*VALIDATE, "--policy", "greedy"], "--policy: 'greedy' is unknown; valid: fixed, heuristic"),
+    ("validate", [*VALIDATE, "--drafter", "medusa"], "--drafter: 'medusa' is unknown; valid: draft-model"),
+    ("validate", [*VALIDATE, "--drafter", "early-exit"], "needs --early-exit-layers L"),
+    ("validate", [*VALIDATE, "--policy", "ucb1", "--schedules", "ordinary"], "validate the deferred schedule only"),
+    ("validate", [*VALIDATE, "--policy", "ucb1", "--lookup-ngram", "0"], "--lookup-ngram must be >= 1"),
+    ("validate", [*VALIDATE, "--policy", "ucb1", "--measure"], "need --profile PATH with the drafters' costs"),
+    (
+        "validate",
+        [*VALIDATE, "--drafter", "draft-model", "--lookup-acceptance", "rag=0.9"],
+        "--lookup-acceptance controls prompt lookup",
+    ),
+    (
+        "validate",
+        [*VALIDATE, "--policy", "ucb1", "--lookup-acceptance", "poetry=0.9"],
+        "expected CATEGORY=RATE items",
+    ),
+    ("validate", [*VALIDATE, "--policy", "ucb1", "--lookup-acceptance", "rag=1.5"], "with RATE in [0, 1]"),
+    (
+        "validate",
+        [*VALIDATE, "--policy", "ucb1", "--profile", "{good_profile.json}", "--placement", "cpu"],
+        "measured on placement one-gpu",
+    ),
 ]
 NEEDS_NO_GPU = ("no GPU", "needs a GPU", "it needs a GPU", "needs a GPU placement")
 

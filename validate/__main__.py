@@ -13,7 +13,7 @@ require_modules("python -m validate", ("torch", "simpy"), "pip install torch, th
 
 from model.cli import add_sampling_options, run_torch_command  # noqa: E402
 
-from . import peers, pipeline  # noqa: E402
+from . import peers, pipeline, policies  # noqa: E402
 
 EPILOG = """\
 what a validation run does (default):
@@ -44,6 +44,15 @@ acceptance (--acceptance):
                            head, its proposal follows the pattern against the target's greedy output
   none                     the draft's own proposals (real checkpoints; near zero for random weights)
 
+--drafter / --policy (validate/policies.py):
+  Per Spec-Bench category of the chosen prompts, on the deferred schedule: the baseline, every fixed arm
+  (each drafter at each --K) and each online policy run for real, every output checked against target
+  greedy; every drafter's match runs are recorded, and the simulator replays every arm, policy and the
+  oracle on them (from --profile alone, and calibrated on a prompt of its own). Writes report.md,
+  results.json, results.csv and traces/<category>/. The profile needs the drafters' costs (python -m
+  measure --early-exit-layers L). With synthetic weights --lookup-acceptance sets prompt lookup's
+  acceptance per category (its lookup still runs).
+
 examples:
   python -m validate --target qwen3-32b-awq --draft qwen3-0.6b --placement two-gpu --measure \\
       --K 2,4,6,8 --n-prompts 8 --max-new-tokens 64
@@ -51,6 +60,9 @@ examples:
   python -m validate --peers --target qwen3-32b --draft qwen3-0.6b --placement one-gpu
   python -m validate --target tiny-qwen3 --draft tiny-qwen3-draft --placement cpu --measure \\
       --measure-args "--reps 5" --K 2,4 --n-prompts 2 --max-new-tokens 16
+  python -m validate --profile P --drafter draft-model+prompt-lookup --policy all --K 2,4 \\
+      --heads dense --acceptance a=0.6 --lookup-acceptance summarization=0.9,rag=0.8,*=0.1 \\
+      --prompts summarization,rag,math_reasoning --n-prompts 6
 """
 
 
@@ -169,6 +181,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
         "folder a run left when it stopped before its prediction) with --profile, into --out",
     )
+    p.add_argument(
+        "--drafter",
+        default=None,
+        help="validate drafters and policies per Spec-Bench category instead (see below): the arms' drafters "
+        "joined by '+' (draft-model, prompt-lookup, early-exit; default draft-model+prompt-lookup)",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="with --drafter: the online policies joined by '+' (heuristic, ucb1, thompson) or all (default); "
+        "every fixed arm always runs",
+    )
+    p.add_argument("--early-exit-layers", type=int, default=None, help="the early-exit drafter's layers L")
+    p.add_argument("--lookup-ngram", type=int, default=2, help="prompt lookup's max_matching_ngram_size (default 2)")
+    p.add_argument(
+        "--lookup-acceptance",
+        default=None,
+        metavar="SPEC",
+        help="synthetic weights: prompt lookup's acceptance per category, e.g. summarization=0.9,rag=0.8,*=0.1",
+    )
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
     p.add_argument(
         "--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a short trial)"
@@ -185,6 +217,8 @@ def main(argv=None) -> int:
         args = parse_args(argv)
         if args.from_runs:
             pipeline.run_from_runs(args)
+        elif args.drafter is not None or args.policy is not None:
+            policies.run(args)
         else:
             (peers if args.peers else pipeline).run(args)
 

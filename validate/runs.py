@@ -77,7 +77,8 @@ def decode(
     label: str = "",
     timeline: bool = False,
 ) -> list[tuple[str, Generation]]:
-    """`warmup` untimed generations of the first prompt, then one per prompt (indices `order`, default all).
+    """`warmup` untimed generations of the first prompt, then one per prompt (indices `order`, default all);
+    the controls are bound to each prompt, and a drafting policy is reset before the first recorded one.
     `timeline`: the first recorded generation also records its timeline (`Generation.timeline`)."""
     order = list(range(len(work.prompts))) if order is None else order
     runs = []
@@ -85,6 +86,11 @@ def decode(
         prompt, x = work.prompts[i], work.ids[i]
         if control is not None:
             control.bind(refs[prompt.id], len(x), prompt.id)
+        drafting = dec.drafting
+        if drafting is not None and drafting.lookup_control is not None:
+            drafting.lookup_control.bind(refs[prompt.id], len(x), prompt)
+        if drafting is not None and index == warmup:
+            drafting.reset()  # a policy forgets the warm-up, as the simulator never saw it
         if progress is not None:
             progress.note(f"{label} {prompt.id}")
         dec.clock.timeline = timeline and index == warmup

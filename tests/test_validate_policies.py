@@ -1,0 +1,68 @@
+"""python -m validate --drafter/--policy on the tiny models (CPU): every fixed arm and policy runs per
+category, its output is target greedy, every trace carries every drafter's match runs, and the simulator
+replays each fixed arm's recorded rounds exactly from those runs (so any error left is the cost model's)."""
+
+import json
+
+import pytest
+
+from contracts.trace import read_trace
+from tests.sim_fixtures import timing, tiny_profile
+from validate.__main__ import main
+
+DRAFTERS = ("draft-model", "early-exit", "prompt-lookup")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("policies")
+    profile = tiny_profile(placement="cpu", read_gap_ms=0.05)
+    profile["regimes"]["eager"]["draft"].update(
+        lookup_ms=timing(0.3), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5)
+    )
+    (folder / "profile.json").write_text(json.dumps(profile))
+    argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
+    argv += ["--profile", str(folder / "profile.json"), "--drafter", "+".join(DRAFTERS), "--early-exit-layers", "1"]
+    argv += ["--policy", "all", "--K", "2", "--heads", "dense", "--acceptance", "a=0.6"]
+    argv += ["--lookup-acceptance", "writing=0.9,*=0.0", "--prompts", "81,82,111", "--n-prompts", "3"]
+    argv += ["--max-new-tokens", "10", "--warmup", "0", "--out", str(folder / "report")]
+    assert main(argv) == 0
+    return folder / "report"
+
+
+def test_every_configuration_of_every_category_is_measured_predicted_and_exact(report):
+    results = json.loads((report / "results.json").read_text())["categories"]
+    assert set(results) == {"writing", "math"}
+    for category in results.values():
+        labels = {r["label"] for r in category["rows"]}
+        assert labels == {"baseline", *(f"{d}:K2" for d in DRAFTERS), "heuristic", "ucb1", "thompson"}
+        for r in category["rows"]:
+            assert r["exact"] and r["measured_tok_s"] > 0 and r["predicted_tok_s"] > 0
+        assert category["oracle_tok_s"]["predicted"] > 0
+        assert sorted(category["policy_order"]["measured"]) == ["heuristic", "thompson", "ucb1"]
+    assert (report / "report.md").read_text().count("## ") == 2
+
+
+def test_traces_carry_every_drafters_runs(report):
+    for path in (report / "traces").glob("*/*.trace.jsonl"):
+        for line in read_trace(path):
+            if line["K"]:
+                assert set(line["runs"]) == set(DRAFTERS)
+
+
+def test_the_lookup_control_shifts_prompt_lookups_acceptance_between_categories(report):
+    """writing=0.9, every other category 0: prompt lookup is accepted on writing only."""
+    results = json.loads((report / "results.json").read_text())["categories"]
+    rates = {
+        category: next(r["acceptance"] for r in rows["rows"] if r["label"] == "prompt-lookup:K2")
+        for category, rows in results.items()
+    }
+    assert rates["math"] == 0.0 and rates["writing"] > 0.5
+
+
+def test_the_simulator_replays_each_fixed_arms_rounds_exactly(report):
+    results = json.loads((report / "results.json").read_text())["categories"]
+    for category in results.values():
+        for r in category["rows"]:
+            if ":K" in r["label"]:
+                assert r["measured_rounds"] == r["predicted_rounds"], r["label"]

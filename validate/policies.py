@@ -1,0 +1,636 @@
+"""python -m validate --drafter ... --policy ...: drafters, and the policies that choose among them each
+round, run for real per Spec-Bench category and predicted by the simulator.
+
+Per category (the chosen prompts grouped by their category), on the deferred schedule: the baseline,
+every fixed arm (drafter, K) and every online policy decode the category's prompts, each configuration
+with its own policy learning from nothing (warm-up generations first, then forgotten). The output is the
+target's greedy output under every one (checked), so every drafter's match runs are recorded once per
+prompt (model/drafter_runs.py) and written into every configuration's trace. The simulator then replays,
+per category, every fixed arm, every policy and the oracle on those runs with the profile's costs, once
+from the profile alone and once calibrated: a prompt that is no validation prompt is decoded in baseline
+and with each drafter fixed at the largest K, and each cost is scaled by measured / predicted time of its
+phase (target forwards; each drafter's body, head or lookup), the read gap fitted to the speculative
+generations (validate/calibration.py's method, per drafter). No configuration that is predicted enters
+its own calibration. The report gives per configuration measured and predicted tok/s and the error, and
+per category the order of the policies, measured and predicted, against the best fixed arm and the
+oracle (measured: per generation the fastest fixed arm's time).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contracts import HEADS, UsageError
+from contracts.cli import parse_choices
+from contracts.files import staged, write_atomic
+from contracts.names import POLICIES, REGIME_OF_GRAPHS_FLAG
+from contracts.policies import Arm, arms, make_policy, parse_drafters
+from contracts.progress import Progress
+from contracts.trace import read_trace, write_summary, write_trace
+from model.drafter_runs import drafter_runs
+from model.drafting import Drafting
+from model.early_exit import early_exit
+from model.lookup_control import LookupControl, parse_rates
+from model.pair import resolve_placement
+from model.trace import summarize, trace_lines
+from sim.scenario import Scenario
+from sim.scenario import run as simulate
+
+from .pipeline import calibration_workload, profile_has_read_gap
+from .plan import Config, check_acceptance, check_profile, choose_prompts, graphs_on, parse_ks, report_folder
+from .predict import predict
+from .runs import Workload, control_for, decode, free_memory, load_pair, references, run_config_dict
+
+SCHEDULE = "deferred"
+ONLINE = tuple(p for p in POLICIES if p != "fixed")
+# profile cost -> the phases whose measured / predicted time scales it, per drafter that pays it
+DRAFTER_COSTS = {
+    "draft-model": {"draft.body_ms": ("draft_body",)},
+    "early-exit": {"draft.early_exit_body_ms": ("draft_body",), "draft.early_exit_head_ms": ("draft_head",)},
+    "prompt-lookup": {"draft.lookup_ms": ("draft_body",)},
+}
+HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration: the baseline, a fixed arm, or an online policy over every arm."""
+
+    policy: str  # baseline, fixed, or one of ONLINE
+    arm: Arm | None = None  # fixed: the arm played
+
+    @property
+    def name(self) -> str:
+        if self.policy == "baseline":
+            return "baseline"
+        return f"fixed-{self.arm.drafter}-K{self.arm.K}" if self.policy == "fixed" else self.policy
+
+    @property
+    def label(self) -> str:
+        return self.arm.label() if self.policy == "fixed" else self.policy
+
+
+@dataclass
+class Measured:
+    summary: dict
+    exact: bool
+    generation_ms: list  # decode ms per prompt
+    pulls: dict = field(default_factory=dict)  # arm label -> rounds played
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """Online policies joined by '+', or all (every fixed arm is always run)."""
+    if text.strip() == "all":
+        return ONLINE
+    chosen = tuple(dict.fromkeys(p.strip() for p in text.split("+") if p.strip()))
+    bad = [p for p in chosen if p not in POLICIES]
+    if bad or not chosen:
+        raise UsageError(f"--policy: {bad[0] if bad else text!r} is unknown; valid: {', '.join(POLICIES)}, or all")
+    return tuple(p for p in chosen if p != "fixed")
+
+
+def plan(args) -> dict:
+    """Every input checked before a model loads (UsageError)."""
+    drafters = parse_drafters(args.drafter or "draft-model+prompt-lookup", "--drafter")
+    policies = parse_policies(args.policy or "all")
+    Ks = parse_ks(args.K)
+    heads = parse_choices(args.heads, HEADS, "head")
+    if args.schedules not in ("all", SCHEDULE):
+        raise UsageError(f"--drafter/--policy validate the {SCHEDULE} schedule only (drop --schedules)")
+    if "early-exit" in drafters and (args.early_exit_layers is None or args.early_exit_layers < 1):
+        raise UsageError("--drafter early-exit needs --early-exit-layers L (L >= 1, the target's first L layers)")
+    if args.lookup_ngram < 1:
+        raise UsageError(f"--lookup-ngram must be >= 1, got {args.lookup_ngram}")
+    if args.lookup_acceptance is not None:
+        if "prompt-lookup" not in drafters:
+            raise UsageError("--lookup-acceptance controls prompt lookup: add it to --drafter")
+        parse_rates(args.lookup_acceptance, args.prompts_file)
+    if args.max_new_tokens < 2:
+        raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.measure or not args.profile:
+        raise UsageError(
+            "--drafter/--policy need --profile PATH with the drafters' costs (python -m measure "
+            "--early-exit-layers L times them); --measure is not available here"
+        )
+    placement, target_device, _ = resolve_placement(args.placement)
+    graphs = graphs_on(args.graphs, target_device)
+    profile = check_profile(args.profile, placement, graphs)
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    profile.costs[regime].check_drafters(drafters)
+    check_acceptance(args.acceptance)
+    prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
+    K = max(Ks)
+    first = Arm(drafters[0], K)
+    choices = (first, *(a for a in arms(drafters, Ks) if a != first))
+    settings = [Setting("baseline")] + [Setting("fixed", a) for a in choices] + [Setting(p) for p in policies]
+    out = report_folder(args.out, "policies", placement, target_device, args.force)
+    return dict(
+        drafters=drafters,
+        policies=policies,
+        Ks=Ks,
+        K=K,
+        head=heads[0],
+        choices=choices,
+        settings=settings,
+        placement=placement,
+        graphs=graphs,
+        prompts=prompts,
+        out=out,
+    )
+
+
+def run(args) -> Path:
+    p = plan(args)
+    K, prompts = p["K"], p["prompts"]
+    reference_len = args.max_new_tokens + 2 * K + 2
+    pair, work = load_pair(
+        args.target, args.draft, p["placement"], args.dtype, args.seed, prompts, reference_len, K, args.clustering
+    )
+    control = control_for(pair, args.acceptance)
+    weights = pair.weights
+    if args.lookup_acceptance is not None and pair.weights != "synthetic":
+        raise UsageError("--lookup-acceptance is for synthetic weights only (real ones propose their own tokens)")
+    target = pair.target.model
+    early = None
+    if args.early_exit_layers is not None:
+        early = early_exit(target, args.early_exit_layers)
+        early.setup_cache(target.max_seq_len, target.head_weight.device)
+    lookup_control = (
+        LookupControl(
+            args.lookup_acceptance,
+            target.config.vocab_size,
+            pair.room,
+            target.head_weight.device,
+            args.seed,
+            args.prompts_file,
+        )
+        if args.lookup_acceptance
+        else None
+    )
+    head = pair.head(p["head"], args.probes)
+    probes = head.probes if p["head"] == "flashhead" else None
+
+    def decoder(setting: Setting):
+        if setting.policy == "baseline":
+            return pair.decoder(head, K, p["graphs"], control)
+        choices = (setting.arm,) if setting.policy == "fixed" else p["choices"]
+        policy = make_policy(setting.policy, choices, args.seed)
+        return pair.decoder(
+            head, K, p["graphs"], control, drafting=Drafting(policy, early, args.lookup_ngram, lookup_control)
+        )
+
+    categories: dict[str, list[int]] = {}
+    for index, prompt in enumerate(work.prompts):
+        categories.setdefault(prompt.category, []).append(index)
+    calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
+    everything = Workload([*work.prompts, calibration_prompt], [*work.ids, calibration_ids])
+    refs = references(pair.decoder(head, K, p["graphs"], control), everything, reference_len)
+    controls = {}
+    if control is not None:
+        controls["draft-model"] = control
+    if lookup_control is not None:
+        controls["prompt-lookup"] = lookup_control
+
+    def bind(prompt, ids):
+        if control is not None:
+            control.bind(refs[prompt.id], len(ids), prompt.id)
+        if lookup_control is not None:
+            lookup_control.bind(refs[prompt.id], len(ids), prompt)
+
+    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories)) + 2 * (len(p["drafters"]) + 1)
+    with staged(p["out"]) as folder, Progress(total, "validate policies", "gen") as progress:
+        decoders = {s: decoder(s) for s in p["settings"]}
+        runner = next(d for s, d in decoders.items() if s.policy != "baseline")
+
+        def record(setting, runs, category, match_runs) -> Measured:
+            """Trace and summary of one configuration's generations in `category`."""
+            K_field = 0 if setting.policy == "baseline" else (setting.arm.K if setting.arm else K)
+            lines = [
+                line
+                for pid, g in runs
+                for line in trace_lines(
+                    g,
+                    prompt_id=pid,
+                    schedule=SCHEDULE if setting.policy != "baseline" else "baseline",
+                    head=p["head"] if K_field else "dense",
+                    K=K_field,
+                    probes=probes if K_field else None,
+                    runs=match_runs[pid] if K_field else None,
+                )
+            ]
+            config = run_config_dict(
+                pair,
+                [work.prompts[i] for i in categories[category]] if category else [calibration_prompt],
+                _sim_config(setting, K),
+                probes,
+                p["graphs"],
+                args.max_new_tokens,
+                control,
+            )
+            if setting.policy != "baseline":
+                config.update(policy=setting.policy, arms=[a.label() for a in decoders[setting].drafting.policy.arms])
+                config.update(lookup_ngram=args.lookup_ngram, early_exit_layers=args.early_exit_layers)
+                if lookup_control is not None:
+                    config["lookup_acceptance_control"] = lookup_control.describe()
+            summary = summarize(config, runs)
+            stem = folder / "traces" / (category or "calibration") / setting.name
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            write_trace(stem.with_suffix(".trace.jsonl"), lines)
+            write_summary(stem.with_suffix(".summary.json"), summary)
+            exact = all(g.tokens == refs[pid][: len(g.tokens)] for pid, g in runs)
+            pulls = Counter(f"{r.drafter}:K{r.proposed}" for _, g in runs for r in g.rounds if r.drafter)
+            return Measured(summary, exact, [g.decode_ms for _, g in runs], dict(pulls))
+
+        def runs_for(indices, generations) -> dict:
+            """Every drafter's match runs of each prompt, from the baseline's (= target greedy) tokens."""
+            out = {}
+            for i, (pid, g) in zip(indices, generations):
+                bind(everything.prompts[i], everything.ids[i])
+                out[pid] = drafter_runs(runner, p["drafters"], everything.ids[i], g.tokens, controls)
+            return out
+
+        # calibration first: baseline and every drafter fixed at the largest K, on a prompt of its own
+        # (after --warmup generations of it)
+        calibration_work = Workload([calibration_prompt], [calibration_ids])
+        calibration_runs = {}
+        calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
+        calibration_index = [len(work.prompts)]
+        for setting in calibration_settings:
+            dec = decoders.get(setting) or decoder(setting)
+            generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
+            if setting.policy == "baseline":
+                match_runs = runs_for(calibration_index, generations)
+            calibration_runs[setting] = record(setting, generations, None, match_runs)
+            progress.update(2)
+
+        measured: dict[str, dict[Setting, Measured]] = {}
+        for category, indices in categories.items():
+            chunk = Workload([work.prompts[i] for i in indices], [work.ids[i] for i in indices])
+            measured[category] = {}
+            for setting in p["settings"]:
+                progress.note(f"{category} {setting.name}")
+                generations = _decode(decoders[setting], chunk, setting, args, control, refs, args.warmup, progress)
+                if setting.policy == "baseline":
+                    match_runs = runs_for(indices, generations)
+                measured[category][setting] = record(setting, generations, category, match_runs)
+        decoders.clear()
+        free_memory()
+
+        profile_path = args.profile
+        calibration = _calibrate(calibration_runs, folder, p, profile_path)
+        results = {}
+        for category in categories:
+            trace = folder / "traces" / category / f"{Setting('fixed', p['choices'][0]).name}.trace.jsonl"
+            alone = _predict(trace, p, profile_path, (), ())
+            calibrated = _predict(trace, p, profile_path, calibration["speculative"], calibration["baseline"])
+            results[category] = _compare(measured[category], alone, calibrated, p)
+        meta = _meta(args, p, weights, control, lookup_control, calibration, calibration_prompt, categories)
+        report = _report(results, meta, p)
+        write_atomic(folder / "report.md", report)
+        write_atomic(folder / "results.json", json.dumps({"meta": meta, "categories": results}, indent=2) + "\n")
+        write_atomic(folder / "results.csv", _csv(results))
+    print(_table(results))
+    print(_headline(results))
+    print(f"wrote {p['out']}/report.md, results.json, results.csv, traces/")
+    return p["out"]
+
+
+def _decode(dec, work, setting, args, control, refs, warmup, progress=None):
+    """The configuration's generations (`decode` binds the controls and makes the policy forget the warm-up)."""
+    schedule = SCHEDULE if setting.policy != "baseline" else "baseline"
+    return decode(dec, work, schedule, args.max_new_tokens, control, refs, warmup, progress=progress)
+
+
+def _sim_config(setting: Setting, K: int) -> Config:
+    """The validation matrix's Config of a setting (what the summary's config and the baseline's prediction name)."""
+    if setting.policy == "baseline":
+        return Config("baseline", "dense", 0)
+    return Config(SCHEDULE, "dense", setting.arm.K if setting.arm else K)
+
+
+def _scenario(trace: Path, p: dict, profile_path, edits, policies, drafters, K) -> Scenario:
+    return Scenario(
+        profile=str(profile_path),
+        acceptance=f"trace:{trace}",
+        schedules=(SCHEDULE,),
+        heads=(p["head"],),
+        K=K,
+        placement=p["placement"],
+        graphs="on" if p["graphs"] else "off",
+        edits=tuple(edits),
+        policies=policies,
+        drafters=drafters,
+        arms_K=tuple(p["Ks"]),
+    )
+
+
+def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits) -> dict[str, dict]:
+    """The simulator's rows by configuration label ('baseline', arm labels, policies, 'oracle')."""
+    rows, _ = simulate(
+        _scenario(trace, p, profile_path, edits, ("arms", *p["policies"], "oracle"), p["drafters"], p["K"]),
+        ceiling=False,
+        rounds=False,
+    )
+    out = {(r["arm"] if r["policy"] == "fixed" else r["policy"]): r for r in rows[1:]}
+    base, _ = simulate(
+        _scenario(trace, p, profile_path, baseline_edits, ("fixed",), p["drafters"][:1], p["K"]),
+        ceiling=False,
+        rounds=False,
+    )
+    out["baseline"] = base[0]
+    return out
+
+
+def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
+    """Cost scales from the calibration generations, and the read gap fitted to them (see the module
+    docstring); {'speculative': edits, 'baseline': edits, 'scales': ..., 'read_gap_ms': ...}."""
+    measured, predicted = Counter(), Counter()
+    per_drafter = {}
+    for setting, m in runs.items():
+        trace = folder / "traces" / "calibration" / f"{setting.name}.trace.jsonl"
+        row = _one(trace, setting, p, profile_path, ())
+        phases = m.summary.get("phases_ms") or {}
+        for phase in ("verify", "finalize"):
+            measured["target"] += phases.get(phase, 0.0)
+            predicted["target"] += row["phase_ms"].get(phase, 0.0)
+        if setting.arm is not None:
+            per_drafter[setting.arm.drafter] = (phases, row["phase_ms"])
+    scales = {"target.forward_ms": measured["target"] / predicted["target"]} if predicted["target"] else {}
+    for drafter, (phases, row_phases) in per_drafter.items():
+        costs = dict(DRAFTER_COSTS[drafter])
+        if drafter == "draft-model":
+            costs[HEAD_COSTS[p["head"]]] = ("draft_head",)
+        for path, names in costs.items():
+            m, q = sum(phases.get(n, 0.0) for n in names), sum(row_phases.get(n, 0.0) for n in names)
+            if m > 0 and q > 0:
+                scales[path] = m / q
+    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
+    gaps = {"baseline": None, "speculative": None}
+    for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
+        chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
+        gaps[kind] = _fitted_gap(chosen, folder, p, profile_path, edits)
+    return {
+        "scales": scales,
+        "read_gap_ms": gaps,
+        "speculative": edits + ((("host.read_gap_ms", "=", gaps["speculative"]),) if gaps["speculative"] else ()),
+        "baseline": edits + ((("host.read_gap_ms", "=", gaps["baseline"]),) if gaps["baseline"] else ()),
+    }
+
+
+def _fitted_gap(runs: dict, folder: Path, p: dict, profile_path, edits) -> float | None:
+    """The read gap at which `runs` take their measured decode time in total (None: no gaps recorded)."""
+    total = sum(m.summary.get("host_gap_ms") or 0.0 for m in runs.values())
+    reads = sum(m.summary.get("host_gaps") or 0 for m in runs.values())
+    if not reads:
+        return None
+    gap = total / reads
+    residual = 0.0
+    for setting, m in runs.items():
+        trace = folder / "traces" / "calibration" / f"{setting.name}.trace.jsonl"
+        row = _one(trace, setting, p, profile_path, edits + (("host.read_gap_ms", "=", gap),))
+        residual += m.summary["decode_ms"] - row["decode_ms"]
+    return max(0.0, gap + residual / reads)
+
+
+def _one(trace: Path, setting: Setting, p: dict, profile_path, edits) -> dict:
+    """The simulator's row for one calibration generation (the baseline, or one drafter fixed)."""
+    if setting.policy == "baseline":
+        config = _sim_config(setting, p["K"])
+        return predict(profile_path, trace, read_trace(trace), config, None, p["placement"], p["graphs"], edits)[0]
+    drafters = (setting.arm.drafter,)
+    rows, _ = simulate(
+        _scenario(trace, p, profile_path, edits, ("fixed",), drafters, setting.arm.K), ceiling=False, rounds=False
+    )
+    return rows[1]
+
+
+def _compare(measured: dict, alone: dict, calibrated: dict, p: dict) -> dict:
+    """Per configuration measured against predicted, and the category's orders and comparisons."""
+    rows = []
+    for setting, m in measured.items():
+        label = setting.label
+        tok_s = m.summary["decode_tok_s"]
+        predicted = calibrated[label]["decode_tok_s"]
+        rows.append(
+            {
+                "configuration": setting.name,
+                "label": label,
+                "measured_tok_s": tok_s,
+                "predicted_tok_s": predicted,
+                "error": (predicted - tok_s) / tok_s,
+                "profile_only_tok_s": alone[label]["decode_tok_s"],
+                "profile_only_error": (alone[label]["decode_tok_s"] - tok_s) / tok_s,
+                "exact": m.exact,
+                "acceptance": m.summary.get("acceptance"),
+                "measured_rounds": sum(m.pulls.values()),
+                "predicted_rounds": calibrated[label]["rounds"],
+                "measured_pulls": m.pulls,
+                "predicted_pulls": calibrated[label].get("pulls", {}) if setting.policy not in ("baseline",) else {},
+            }
+        )
+    fixed = [(s, m) for s, m in measured.items() if s.policy == "fixed"]
+    tokens = fixed[0][1].summary["decode_tokens"]
+    oracle_ms = sum(min(m.generation_ms[i] for _, m in fixed) for i in range(len(fixed[0][1].generation_ms)))
+    by_label = {r["label"]: r for r in rows}
+    best_fixed_measured = max(fixed, key=lambda sm: sm[1].summary["decode_tok_s"])[0].label
+    best_fixed_predicted = max((s.label for s, _ in fixed), key=lambda label: calibrated[label]["decode_tok_s"])
+    policies = [s.label for s in measured if s.policy in ONLINE]
+    measured_order = sorted(policies, key=lambda x: -by_label[x]["measured_tok_s"])
+    predicted_order = sorted(policies, key=lambda x: -by_label[x]["predicted_tok_s"])
+    everything = [r["label"] for r in rows if r["label"] != "baseline"]
+    return {
+        "rows": rows,
+        "best_fixed": {"measured": best_fixed_measured, "predicted": best_fixed_predicted},
+        "oracle_tok_s": {"measured": 1000.0 * tokens / oracle_ms, "predicted": calibrated["oracle"]["decode_tok_s"]},
+        "policy_order": {
+            "measured": measured_order,
+            "predicted": predicted_order,
+            "same": measured_order == predicted_order,
+        },
+        "kendall_tau": _kendall(
+            [by_label[x]["measured_tok_s"] for x in everything], [by_label[x]["predicted_tok_s"] for x in everything]
+        ),
+    }
+
+
+def _kendall(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau between two rankings of the same items (None for fewer than two)."""
+    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
+    if not pairs:
+        return None
+    score = sum((a[i] > a[j]) == (b[i] > b[j]) for i, j in pairs)
+    return (2 * score - len(pairs)) / len(pairs)
+
+
+def errors(results: dict, key: str = "error") -> tuple[float, float]:
+    values = [abs(r[key]) for c in results.values() for r in c["rows"]]
+    return statistics.median(values), max(values)
+
+
+def _headline(results: dict) -> str:
+    median, most = errors(results)
+    median_alone, most_alone = errors(results, "profile_only_error")
+    same = sum(c["policy_order"]["same"] for c in results.values())
+    exact = all(r["exact"] for c in results.values() for r in c["rows"])
+    return (
+        f"simulator |error|: median {100 * median:.1f}%, max {100 * most:.1f}% "
+        f"(profile only: {100 * median_alone:.1f}% / {100 * most_alone:.1f}%); "
+        f"policy order matches in {same} of {len(results)} categories; "
+        f"every output {'equals' if exact else 'does NOT equal'} target greedy"
+    )
+
+
+def _table(results: dict) -> str:
+    lines = []
+    header = ("category", "configuration", "measured tok/s", "predicted", "error %", "profile only %", "exact")
+    lines.append(header)
+    for category, c in results.items():
+        for r in c["rows"]:
+            lines.append(
+                (
+                    category,
+                    r["label"],
+                    f"{r['measured_tok_s']:.2f}",
+                    f"{r['predicted_tok_s']:.2f}",
+                    f"{100 * r['error']:+.1f}",
+                    f"{100 * r['profile_only_error']:+.1f}",
+                    "yes" if r["exact"] else "NO",
+                )
+            )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)
+
+
+def _markdown_rows(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _report(results: dict, meta: dict, p: dict) -> str:
+    median, most = errors(results)
+    median_alone, most_alone = errors(results, "profile_only_error")
+    parts = [
+        f"# Drafters and policies per category: measured against the simulator ({meta['weights'].upper()} weights)",
+        "",
+        f"- Command: `{meta['command']}`",
+        f"- Target {meta['target']}, draft {meta['draft']}; placement {meta['placement']}; graphs {meta['graphs']}.",
+        f"- Drafters: {', '.join(p['drafters'])}; arms K: {', '.join(map(str, p['Ks']))}; "
+        f"policies: {', '.join(p['policies'])}; schedule {SCHEDULE}; draft-model head {p['head']}.",
+        f"- Prompts: {meta['prompt_count']} ({meta['per_category']}), {meta['max_new_tokens']} tokens each, "
+        f"{meta['warmup']} warm-up generation(s) per configuration and category.",
+        f"- Acceptance: {meta['acceptance']}.",
+        f"- Profile: {meta['profile']}.",
+        f"- Calibration (prompt {meta['calibration_prompt']}): {meta['calibration']}.",
+        "",
+        f"**Simulator |error| over {sum(len(c['rows']) for c in results.values())} configurations: "
+        f"median {100 * median:.1f}%, max {100 * most:.1f}%** (profile alone: {100 * median_alone:.1f}% / "
+        f"{100 * most_alone:.1f}%). Goal: median <= 1.5%, max <= 4%. "
+        f"Policy order matches in {sum(c['policy_order']['same'] for c in results.values())} of {len(results)} "
+        "categories.",
+        "",
+    ]
+    for category, c in results.items():
+        parts += [f"## {category}", ""]
+        rows = [
+            [
+                r["label"],
+                f"{r['measured_tok_s']:.2f}",
+                f"{r['predicted_tok_s']:.2f}",
+                f"{100 * r['error']:+.1f}%",
+                f"{r['profile_only_tok_s']:.2f} ({100 * r['profile_only_error']:+.1f}%)",
+                "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}",
+                "yes" if r["exact"] else "NO",
+                ", ".join(f"{k} {v}" for k, v in sorted(r["measured_pulls"].items())) if r["label"] in ONLINE else "",
+                ", ".join(f"{k} {v}" for k, v in sorted(r["predicted_pulls"].items())) if r["label"] in ONLINE else "",
+            ]
+            for r in c["rows"]
+        ]
+        parts.append(
+            _markdown_rows(
+                [
+                    "configuration",
+                    "measured tok/s",
+                    "predicted",
+                    "error",
+                    "profile only",
+                    "acceptance",
+                    "exact",
+                    "arms played, measured (rounds)",
+                    "predicted",
+                ],
+                rows,
+            )
+        )
+        by_label = {r["label"]: r for r in c["rows"]}
+        best_m, best_p = c["best_fixed"]["measured"], c["best_fixed"]["predicted"]
+        parts += [
+            "",
+            f"- Best fixed arm: measured {best_m} ({by_label[best_m]['measured_tok_s']:.2f} tok/s), "
+            f"predicted {best_p} ({by_label[best_p]['predicted_tok_s']:.2f}).",
+            f"- Oracle (per generation the fastest fixed arm): measured {c['oracle_tok_s']['measured']:.2f} tok/s, "
+            f"predicted {c['oracle_tok_s']['predicted']:.2f}.",
+            f"- Policies, fastest first: measured {' > '.join(c['policy_order']['measured'])}; predicted "
+            f"{' > '.join(c['policy_order']['predicted'])} "
+            f"({'same order' if c['policy_order']['same'] else 'order differs'}).",
+            "- Each policy against the best fixed arm (measured / predicted): "
+            + "; ".join(
+                f"{x} {100 * (by_label[x]['measured_tok_s'] / by_label[best_m]['measured_tok_s'] - 1):+.1f}% / "
+                f"{100 * (by_label[x]['predicted_tok_s'] / by_label[best_p]['predicted_tok_s'] - 1):+.1f}%"
+                for x in c["policy_order"]["measured"]
+            )
+            + ".",
+            f"- Kendall tau of all configurations' order, measured against predicted: {_number(c['kendall_tau'])}.",
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def _csv(results: dict) -> str:
+    header = "category,configuration,measured_tok_s,predicted_tok_s,error,profile_only_tok_s,profile_only_error,exact\n"
+    return header + "".join(
+        f"{category},{r['label']},{r['measured_tok_s']:.4f},{r['predicted_tok_s']:.4f},{r['error']:.5f},"
+        f"{r['profile_only_tok_s']:.4f},{r['profile_only_error']:.5f},{r['exact']}\n"
+        for category, c in results.items()
+        for r in c["rows"]
+    )
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dict, prompt, categories: dict) -> dict:
+    acceptance = "the drafters' own proposals (no acceptance control)"
+    if control is not None:
+        acceptance = f"draft model under acceptance control {control.spec} (seed {control.seed})"
+    if lookup_control is not None:
+        acceptance += f"; prompt lookup under acceptance control {lookup_control.spec} per category"
+    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
+    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
+    return {
+        "weights": weights,
+        "target": args.target,
+        "draft": args.draft,
+        "early_exit_layers": args.early_exit_layers,
+        "placement": p["placement"],
+        "graphs": p["graphs"],
+        "acceptance": acceptance,
+        "prompts": {category: [p["prompts"][i].id for i in indices] for category, indices in categories.items()},
+        "prompt_count": len(p["prompts"]),
+        "per_category": ", ".join(f"{c}: {len(i)}" for c, i in categories.items()),
+        "max_new_tokens": args.max_new_tokens,
+        "warmup": args.warmup,
+        "profile": args.profile,
+        "calibration_prompt": prompt.id,
+        "calibration": f"{scales}; {gaps}",
+        "calibration_scales": calibration["scales"],
+        "calibration_read_gap_ms": calibration["read_gap_ms"],
+        "command": args.command,
+    }
