@@ -9,6 +9,9 @@ in the same run. Each route here is a setting of the decoder, so "before" and "a
 Weights are SYNTHETIC (the presets' exact shapes, seeded random values): timings are real. Every time is
 CUDA events, median [p10, p90] of --reps repetitions after 3 warm-ups (measure/timing.py). Routes (--routes,
 default all, in this order):
+- `awq-dequant`: the dequantization alone into the buffer, for Qwen3-32B's merged gate/up weight, at each
+  launch shape of DEQUANT_LAUNCHES, in GB/s (half a byte read and two written per weight); the fastest
+  becomes model.awq_prefill.DEQUANT_LAUNCH for the routes after it in the same run.
 - `awq-gemm`: one AWQ linear of each of Qwen3-32B's shapes (merged q/k/v, o, merged gate/up, down) over
   16 to 2,048 rows, through our Triton w4a16 GEMM and through dequantization into a buffer and
   torch.matmul (model/awq_prefill.py): the rows from which the second wins is where PREFILL_ROWS belongs.
@@ -65,7 +68,13 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = ("awq-gemm", "awq-prefill", "draft-attention")
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention")
+DEQUANT_LAUNCHES = [
+    {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
+    for block_in in (8, 16, 32, 64)
+    for block_out in (128, 256, 512, 1024)
+    for warps in (4, 8)
+]
 GEMM_ROWS = (16, 64, 128, 256, 2048)
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 
@@ -91,6 +100,34 @@ def awq_shapes(config) -> dict[str, tuple[int, int]]:
         "gate_up": (hidden, 2 * config.intermediate_size),
         "down": (config.intermediate_size, hidden),
     }
+
+
+def awq_dequant_rows(device: torch.device, reps: int) -> list[dict]:
+    """The gate/up weight's dequantization at each launch shape, fastest kept for the rest of the run."""
+    config = PRESETS[TARGET_AWQ]
+    in_features, out_features = awq_shapes(config)["gate_up"]
+    layer = AWQLinear(in_features, out_features, config.awq_group_size).to(device)
+    layer.randomize_(torch.Generator(device=device).manual_seed(TARGET_SEED))
+    out = torch.empty(in_features, out_features, dtype=torch.bfloat16, device=device)
+    moved = in_features * out_features * 2.5  # bytes: half a byte read, two written
+    rows = []
+    for launch in DEQUANT_LAUNCHES:
+        awq_prefill.DEQUANT_LAUNCH = launch
+        args = (layer.qweight, layer.qzeros, layer.scales, layer.group_size, out)
+        try:
+            timing = time_op(awq_prefill.dequantize_into, [args], device, reps=reps)
+        except Exception as error:  # a shape that does not compile or launch is skipped, as head_speed does
+            print(f"awq-dequant      {launch} skipped: {type(error).__name__}", flush=True)
+            continue
+        gbs = moved / (timing["median_ms"] * 1e-3) / 1e9
+        setting = f"{launch['BLOCK_IN']}x{launch['BLOCK_OUT']} w{launch['num_warps']}"
+        rows.append(
+            {"route": "awq-dequant", "setting": setting, "launch": launch, "shape": "gate_up", **timing, "gbs": gbs}
+        )
+    awq_prefill.DEQUANT_LAUNCH = min(rows, key=lambda row: row["median_ms"])["launch"]
+    print(f"awq-dequant      chosen {awq_prefill.DEQUANT_LAUNCH}", flush=True)
+    release_gpu_memory()
+    return rows
 
 
 def awq_gemm_rows(device: torch.device, reps: int) -> list[dict]:
@@ -187,6 +224,8 @@ def format_row(row: dict) -> str:
     if "rows" in row:
         where += f" x {row['rows']} rows"
     extra = f", {row['tflops']:.0f} TFLOPS" if "tflops" in row else ""
+    if "gbs" in row:
+        extra += f", {row['gbs']:.0f} GB/s"
     if "share_of_peak" in row:
         extra += f" ({row['share_of_peak']:.0%} of peak)"
     if "floor_ms" in row:
@@ -218,6 +257,7 @@ def main(argv=None) -> int:
         environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes", draft=DRAFT)
         print(environment_header(COMMAND, environment))
         measures = {
+            "awq-dequant": lambda: awq_dequant_rows(device, args.reps),
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),

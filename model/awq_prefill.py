@@ -24,7 +24,8 @@ from model import triton_support
 from model.triton_support import launching_on, tl, triton
 
 PREFILL_ROWS = 128  # rows from which an AWQ linear dequantizes and calls torch.matmul (see the docstring)
-_BLOCK_IN, _BLOCK_OUT = 32, 256  # a program's tile of the dequantized [in, out] weight
+# a program's tile of the dequantized [in, out] weight, and its warps (python -m measure.routes --routes awq-dequant)
+DEQUANT_LAUNCH = {"BLOCK_IN": 32, "BLOCK_OUT": 256, "num_warps": 4}
 
 
 def largest_linear_elements(config) -> int:
@@ -84,7 +85,8 @@ def dequantize_into(
         codes = unpack_int4(qweight)
         zeros = unpack_int4(qzeros).repeat_interleave(group_size, dim=0)
         return out.copy_((codes - zeros) * scales.float().repeat_interleave(group_size, dim=0))
-    grid = (triton.cdiv(in_features, _BLOCK_IN), triton.cdiv(out_features, _BLOCK_OUT))
+    launch = DEQUANT_LAUNCH
+    grid = (triton.cdiv(in_features, launch["BLOCK_IN"]), triton.cdiv(out_features, launch["BLOCK_OUT"]))
     with launching_on(out.device):
         _dequantize_kernel[grid](
             qweight,
@@ -94,9 +96,7 @@ def dequantize_into(
             in_features,
             out_features,
             GROUP=group_size,
-            BLOCK_IN=_BLOCK_IN,
-            BLOCK_OUT=_BLOCK_OUT,
-            num_warps=4,
+            **launch,
         )
     return out
 

@@ -15,7 +15,8 @@ def test_routes_parse_in_their_fixed_order():
     assert routes.parse_routes("draft-attention,awq-gemm") == ("awq-gemm", "draft-attention")
     assert routes.parse_routes(" awq-prefill ") == ("awq-prefill",)
     with pytest.raises(
-        ArgumentTypeError, match=r"^unknown route prefil \(choices: awq-gemm, awq-prefill, draft-attention or all\)$"
+        ArgumentTypeError,
+        match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, draft-attention or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -23,8 +24,8 @@ def test_routes_parse_in_their_fixed_order():
 def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "error: argument --routes: unknown route fast (choices: awq-gemm, awq-prefill, draft-attention or all) "
-        "(see python -m measure.routes --help)"
+        "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-prefill, "
+        "draft-attention or all) (see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
 
@@ -55,3 +56,5 @@ def test_rows_format_with_their_units():
         "share_of_peak": 0.54,
     }
     assert routes.format_row(prefill).endswith("400 TFLOPS (54% of peak)")
+    dequant = {"route": "awq-dequant", "setting": "32x256 w4", "shape": "gate_up", **timing, "gbs": 327.7}
+    assert routes.format_row(dequant).endswith("[p10 1.900, p90 2.200], 328 GB/s")
