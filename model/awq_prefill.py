@@ -6,10 +6,11 @@ reaches about a fifth of the tensor cores (AWQ 32B prefill of 2,048 tokens on H2
 the 743 of an 8192^3 bf16 GEMM). Dequantizing a layer costs 4.5 bytes per weight (half a byte read, two
 written, two read again by the GEMM) against the GEMM's 2 M FLOPs per weight: with ~4.8 TB/s and ~600
 TFLOPS the dequantized route wins once M is past about 90 rows, if the Triton GEMM stays near 144 TFLOPS
-there. PREFILL_ROWS is the first power of two past that; `python -m measure.routes` times both routes
-per row count on Qwen3-32B's shapes to check it. Decode, verify and the fixed-width rows (16) stay on
-the Triton GEMM, so speculative and target-only runs still share every decode kernel; both prefill the
-same way.
+there. Measured on an H200 (`python -m measure.routes`, reports/speed/h200_routes_dequant.json), with the
+dequantization at 1.5 TB/s: at 128 rows the two routes tie on the 32B's q/k/v and o shapes and the Triton
+GEMM wins on gate/up and down; from 256 rows the dequantized route wins on every shape, so PREFILL_ROWS is
+256. Decode, verify and the fixed-width rows (16) stay on the Triton GEMM, so speculative and
+target-only runs still share every decode kernel; both prefill the same way.
 
 One buffer per model, as large as its largest AWQ linear (the merged gate/up projection under fused
 kernels), is reused by every layer in turn: the layers run one after another on one stream.
@@ -23,9 +24,9 @@ import torch
 from model import triton_support
 from model.triton_support import launching_on, tl, triton
 
-PREFILL_ROWS = 128  # rows from which an AWQ linear dequantizes and calls torch.matmul (see the docstring)
+PREFILL_ROWS = 256  # rows from which an AWQ linear dequantizes and calls torch.matmul (see the docstring)
 # a program's tile of the dequantized [in, out] weight, and its warps (python -m measure.routes --routes awq-dequant)
-DEQUANT_LAUNCH = {"BLOCK_IN": 32, "BLOCK_OUT": 256, "num_warps": 4}
+DEQUANT_LAUNCH = {"BLOCK_IN": 8, "BLOCK_OUT": 256, "num_warps": 4}  # 0.44 ms for the 32B's gate/up on an H200
 
 
 def largest_linear_elements(config) -> int:
