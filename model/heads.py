@@ -92,7 +92,7 @@ class FlashHead:
         always = sorted(set(int(t) for t in always_tokens))
         if always and not (always[0] >= 0 and always[-1] < vocab):
             raise UsageError(f"always_tokens must be token ids in [0, {vocab - 1}], got {always}")
-        self.backend = _backend(backend, weight)
+        self.backend = triton_support.choose_backend(backend, weight.device)
         self.weight = weight
         self.vocab_size, self.hidden_size = vocab, d
         self.clusters, self.cluster_size, self.probes = c, clustering.cluster_size, probes
@@ -157,19 +157,6 @@ def _workspace(workspaces: dict, h: torch.Tensor) -> flashhead_triton.Workspace:
     return work
 
 
-def _backend(backend: str | None, weight: torch.Tensor) -> str:
-    """ "triton" (fused gather-score-argmax kernels) or "torch"; None picks triton on CUDA where it runs
-    (the CPU interpreter runs the kernels too, but slowly: only when asked)."""
-    can_fuse = triton_support.runs_on(weight.device)
-    if backend is None:
-        backend = "triton" if can_fuse and weight.is_cuda else "torch"
-    if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
-        raise UsageError(
-            f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
-        )
-    return backend
-
-
 class ShortlistHead:
     """The head restricted to a fixed token shortlist (FR-Spec, VocabTrim): score those N rows exactly,
     return the best. A token outside the shortlist is never proposed.
@@ -187,7 +174,7 @@ class ShortlistHead:
             raise UsageError(f"a shortlist must hold token ids in [0, {vocab - 1}]")
         self.weight, self.tokens = weight, ids
         self.vocab_size, self.hidden_size = weight.shape
-        self.backend = _backend(backend, weight)
+        self.backend = triton_support.choose_backend(backend, weight.device)
         self.rows = weight[ids].contiguous() if self.backend == "torch" else None
         self._chunk = torch.empty((1, SHORTLIST_CHUNK), dtype=torch.long, device=weight.device)
         self._no_clusters = torch.empty((1, 0), dtype=torch.long, device=weight.device)
@@ -267,7 +254,7 @@ class RouterHead:
         self.clusters, self.cluster_size, self.budget = router.clusters, router.members.shape[1], budget
         self.members = router.members.to(device=device, dtype=torch.long).contiguous()
         self.layers = [t.to(device=device, dtype=torch.float32) for t in router.layers]
-        self.backend = _backend(backend, weight)
+        self.backend = triton_support.choose_backend(backend, weight.device)
         # the previous hidden state, shared by the heads of every draft position when given
         self.previous = torch.zeros((1, self.hidden_size), dtype=dtype, device=device) if previous is None else previous
         self._workspaces: dict[int, flashhead_triton.Workspace] = {}

@@ -98,15 +98,8 @@ class SamplingNoise:
 
     def __init__(self, device: torch.device, vocab_size: int, backend: str | None = None):
         device = torch.device(device)
-        can_fuse = triton_support.runs_on(device)
-        if backend is None:
-            backend = "triton" if can_fuse and device.type == "cuda" else "torch"
-        if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
-            raise UsageError(
-                f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
-            )
-        self.backend = backend
-        self.workspace = new_workspace(device) if backend == "triton" else None
+        self.backend = triton_support.choose_backend(backend, device)
+        self.workspace = new_workspace(device) if self.backend == "triton" else None
         self.tokens = torch.arange(vocab_size, device=device)  # the torch backend's token ids
 
     def uniforms(self, seed: torch.Tensor, positions: torch.Tensor, purpose: int, count: int) -> torch.Tensor:

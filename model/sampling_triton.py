@@ -111,15 +111,8 @@ class BlockVerifier:
 
     def __init__(self, device: torch.device, backend: str | None = None):
         device = torch.device(device)
-        can_fuse = triton_support.runs_on(device)
-        if backend is None:
-            backend = "triton" if can_fuse and device.type == "cuda" else "torch"
-        if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
-            raise UsageError(
-                f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
-            )
-        self.backend = backend
-        self.workspace = new_workspace(device) if backend == "triton" else None
+        self.backend = triton_support.choose_backend(backend, device)
+        self.workspace = new_workspace(device) if self.backend == "triton" else None
 
     def __call__(self, target_probs, draft_probs, draft_tokens, accept_uniforms, race_noise):
         if self.backend == "triton":

@@ -12,6 +12,8 @@ import os
 
 import torch
 
+from contracts.cli import UsageError
+
 try:
     import triton
     import triton.language as tl
@@ -30,3 +32,16 @@ def runs_on(device: torch.device) -> bool:
 def launching_on(device: torch.device):
     """Triton launches on the current CUDA device, not the tensors': make it the tensors'."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def choose_backend(backend: str | None, device: torch.device) -> str:
+    """ "triton" (our kernels) or "torch" (the reference); None picks triton on CUDA where it runs (the
+    CPU interpreter runs the kernels too, but slowly: only when asked). Anything else is bad input."""
+    can_fuse = runs_on(device)
+    if backend is None:
+        backend = "triton" if can_fuse and device.type == "cuda" else "torch"
+    if backend not in ("triton", "torch") or (backend == "triton" and not can_fuse):
+        raise UsageError(
+            f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
+        )
+    return backend
