@@ -21,7 +21,6 @@ over prompts. Writes beta.json, beta.md, beta.png and beta_by_category.png into 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -31,13 +30,19 @@ import torch.nn.functional as F
 
 from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
-from contracts.files import check_output_file, check_output_folder, read_json, write_atomic
-from contracts.profile import check_profile
+from contracts.files import check_output_folder
 from model.flashhead import Clustering
-from model.loading import load_model
 
 from . import beta_plot
-from .recall import STUDY_CATEGORIES, cached_states, clustering_for, study_prompts
+from .recall import (
+    STUDY_CATEGORIES,
+    cached_states,
+    clustering_for,
+    load_real_checkpoint,
+    profile_to_extend,
+    study_prompts,
+    write_record,
+)
 
 COMMAND = "python -m measure.beta"
 DEFAULT_PROBES = (1, 4, 16, 64, 256, 1024)
@@ -208,22 +213,9 @@ def run(argv) -> list[Path]:
     probes = parse_numbers(args.probes, int, "--probes")
     out = Path(args.out)
     check_output_folder(out, "--out")
-    profile = None
-    if args.add_to_profile:
-        check_output_file(args.add_to_profile, "--add-to-profile")
-        profile = read_json(args.add_to_profile, "profile")
-        check_profile(profile, args.add_to_profile)
-    folder = Path(args.model).expanduser()
-    if not (folder / "config.json").is_file():
-        raise UsageError(
-            f"--model {args.model}: not a checkpoint folder with config.json (beta is a property of real weights; "
-            "python -m model.gemma_gguf makes the Gemma 3 270M folder)"
-        )
-    torch.set_num_threads(args.threads)
-    loaded = load_model(str(folder), "cpu", "float32", max_seq_len=1)
+    profile = profile_to_extend(args.add_to_profile)
+    folder, loaded = load_real_checkpoint(args.model, args.draft_layers, args.threads, "beta is")
     model, weight = loaded.model, loaded.model.head_weight
-    if not 1 <= args.draft_layers < model.config.n_layers:
-        raise UsageError(f"--draft-layers must be in 1..{model.config.n_layers - 1}, got {args.draft_layers}")
     clusters = args.clusters or weight.shape[0] // 16
     if weight.shape[0] % clusters or probes[-1] > clusters:
         raise UsageError(
@@ -265,19 +257,11 @@ def run(argv) -> list[Path]:
         "overall": curves(per_state, prompt_of_state, probes, args.seed),
         "per_category": per_category,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    files = [out / "beta.json", out / "beta.md", out / "beta.png", out / beta_plot.FILE]
-    write_atomic(files[0], json.dumps(result, indent=1) + "\n")
-    write_atomic(files[1], markdown(result))
-    figure(result, files[2])
-    beta_plot.category_figure(result, files[3])
     if profile is not None:
         profile["sampling"] = {**(profile.get("sampling") or {}), **sampling_section(result)}
-        check_profile(profile, args.add_to_profile)
-        write_atomic(args.add_to_profile, json.dumps(profile, indent=1) + "\n")
-        files.append(Path(args.add_to_profile))
-    print(markdown(result))
-    return files
+    files = [out / "beta.json", out / "beta.md", out / "beta.png", out / beta_plot.FILE]
+    drawings = [(figure, files[2]), (beta_plot.category_figure, files[3])]
+    return write_record(result, files, markdown(result), drawings, profile, args.add_to_profile)
 
 
 def main(argv=None) -> int:

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.files import write_atomic
+from contracts.files import check_output_file, read_json, write_atomic
+from contracts.profile import check_profile
 from contracts.progress import each
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
@@ -47,6 +48,52 @@ STUDY_CATEGORIES = ("multi-turn", "translation", "summarization", "qa", "math_re
 MAX_PROBES = 1024
 _CHUNK = 256
 _BUILD_FILE = "build.json"
+
+
+def profile_to_extend(path: str | None) -> dict | None:
+    """--add-to-profile: the profile, writable, read and checked before any work (None without one)."""
+    if not path:
+        return None
+    check_output_file(path, "--add-to-profile")
+    profile = read_json(path, "profile")
+    check_profile(profile, path)
+    return profile
+
+
+def load_real_checkpoint(model: str, draft_layers: int, threads: int, measured: str):
+    """(folder, loaded): a checkpoint folder's model on the CPU in float32, with an early exit of
+    `draft_layers` inside it. `measured` names what the command measures, for the refusal of a folder
+    that is not a checkpoint."""
+    folder = Path(model).expanduser()
+    if not (folder / "config.json").is_file():
+        raise UsageError(
+            f"--model {model}: not a checkpoint folder with config.json ({measured} a property of real weights; "
+            "python -m model.gemma_gguf makes the Gemma 3 270M folder)"
+        )
+    torch.set_num_threads(threads)
+    loaded = load_model(str(folder), "cpu", "float32", max_seq_len=1)
+    layers = loaded.model.config.n_layers
+    if not 1 <= draft_layers < layers:
+        raise UsageError(f"--draft-layers must be in 1..{layers - 1}, got {draft_layers}")
+    return folder, loaded
+
+
+def write_record(result: dict, files: list[Path], text: str, drawings, profile: dict | None, profile_path) -> list:
+    """files[0] the JSON record, files[1] the Markdown `text`, then each (draw, path) of `drawings`; the
+    profile (already extended by the caller) checked and written over `profile_path`. Returns what was
+    written, in that order."""
+    files[0].parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(files[0], json.dumps(result, indent=1) + "\n")
+    write_atomic(files[1], text)
+    for draw, path in drawings:
+        draw(result, path)
+    written = list(files)
+    if profile is not None:
+        check_profile(profile, profile_path)
+        write_atomic(profile_path, json.dumps(profile, indent=1) + "\n")
+        written.append(Path(profile_path))
+    print(text)
+    return written
 
 
 def study_category(category: str) -> str:

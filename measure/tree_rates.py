@@ -23,7 +23,6 @@ also writes that section into the profile.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -33,12 +32,18 @@ import torch.nn.functional as F
 
 from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
-from contracts.files import check_output_file, check_output_folder, read_json, write_atomic
-from contracts.profile import check_profile, check_trees
+from contracts.files import check_output_folder
+from contracts.profile import check_trees
 from contracts.trees import MAX_BRANCHING, MAX_DEPTH
-from model.loading import load_model
 
-from .recall import STUDY_CATEGORIES, cached_states, study_prompts
+from .recall import (
+    STUDY_CATEGORIES,
+    cached_states,
+    load_real_checkpoint,
+    profile_to_extend,
+    study_prompts,
+    write_record,
+)
 
 COMMAND = "python -m measure.tree_rates"
 BOOTSTRAP = 200
@@ -231,22 +236,9 @@ def run(argv) -> list[Path]:
     check_args(args)
     out = Path(args.out)
     check_output_folder(out, "--out")
-    profile = None
-    if args.add_to_profile:
-        check_output_file(args.add_to_profile, "--add-to-profile")
-        profile = read_json(args.add_to_profile, "profile")
-        check_profile(profile, args.add_to_profile)
-    folder = Path(args.model).expanduser()
-    if not (folder / "config.json").is_file():
-        raise UsageError(
-            f"--model {args.model}: not a checkpoint folder with config.json (the rates are a property of real "
-            "weights; python -m model.gemma_gguf makes the Gemma 3 270M folder)"
-        )
-    torch.set_num_threads(args.threads)
-    loaded = load_model(str(folder), "cpu", "float32", max_seq_len=1)
+    profile = profile_to_extend(args.add_to_profile)
+    folder, loaded = load_real_checkpoint(args.model, args.draft_layers, args.threads, "the rates are")
     model = loaded.model
-    if not 1 <= args.draft_layers < model.config.n_layers:
-        raise UsageError(f"--draft-layers must be in 1..{model.config.n_layers - 1}, got {args.draft_layers}")
     prompts = study_prompts(args.per_category)
     per_prompt = cached_states(
         folder, loaded, prompts, args.per_category, args.prompt_max_len, args.new_tokens, [args.draft_layers]
@@ -267,18 +259,10 @@ def run(argv) -> list[Path]:
     }
     result["section"] = trees_section(result)
     check_trees(result["section"], "tree_rates")
-    out.mkdir(parents=True, exist_ok=True)
-    files = [out / "tree_rates.json", out / "tree_rates.md", out / "tree_rates.png"]
-    write_atomic(files[0], json.dumps(result, indent=1) + "\n")
-    write_atomic(files[1], markdown(result))
-    figure(result, files[2])
     if profile is not None:
         profile["trees"] = result["section"]
-        check_profile(profile, args.add_to_profile)
-        write_atomic(args.add_to_profile, json.dumps(profile, indent=1) + "\n")
-        files.append(Path(args.add_to_profile))
-    print(markdown(result))
-    return files
+    files = [out / "tree_rates.json", out / "tree_rates.md", out / "tree_rates.png"]
+    return write_record(result, files, markdown(result), [(figure, files[2])], profile, args.add_to_profile)
 
 
 def main(argv=None) -> int:
