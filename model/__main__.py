@@ -199,7 +199,7 @@ def run(args) -> int:
     check_tree(args.tree_shape, schedules, settings.greedy, args.head_spec.kind, alone)
     if args.tree_shape.kind != "chain" and alone:
         on_gpu = resolve_placement(args.placement)[0] != "cpu"
-        check_tree_precision(args.tree_shape, "cuda" if on_gpu else "cpu", args.dtype or "bfloat16")
+        check_tree_precision(args.tree_shape, "cuda" if on_gpu else "cpu", args.dtype or "bfloat16", args.kernels)
     if args.tree_shape.kind != "chain":
         args.K = args.tree_shape.depth
     if not settings.greedy and (arms_choice or (args.placement or "").startswith("tp")):

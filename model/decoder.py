@@ -383,7 +383,7 @@ class Decoder:
             )
         self.target, self.draft, self.draft_head, self.control, self.K = target, draft, draft_head, control, K
         self.target_device = target.head_weight.device
-        check_tree_precision(tree, self.target_device.type, target.head_weight.dtype)
+        check_tree_precision(tree, self.target_device.type, target.head_weight.dtype, target.kernels)
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling

@@ -117,11 +117,13 @@ def attention(
 ) -> torch.Tensor:
     """q [n, H, hd] at slots pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
     attends to slots <= pos[i], or with `tree` (rope, ancestors [n] int64, base [1]) to the slots
-    below base and the slots base + j whose bit j is set in ancestors[i] (model.transformer.tree_visible):
-    the mask is computed per score from one 64-bit word per query, never stored. Slots above the
-    largest position are never read. With `split_slots` (no tree, at most SPLIT_MAX_TOKENS tokens),
-    programs over slots [s * split_slots, (s + 1) * split_slots) write partial sums that a second
-    kernel combines per row, over the splits up to that row's position, in split order."""
+    below base and the slots base + j whose bit j is set in ancestors[i] (model.transformer.tree_visible).
+    A tree query reads those keys in path order, as if its ancestors sat at base, base + 1, ... as a
+    chain's tokens do: the same slot blocks and lanes, so its sums are bit for bit a chain row's. Its
+    programs hold one token each (its ancestors decide the gather). Slots above the largest position
+    are never read. With `split_slots` (no tree, at most SPLIT_MAX_TOKENS tokens), programs over slots
+    [s * split_slots, (s + 1) * split_slots) write partial sums that a second kernel combines per row,
+    over the splits up to that row's position, in split order."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
@@ -131,8 +133,9 @@ def attention(
     shape = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_M": ATTENTION_BLOCK_M, "BLOCK_N": ATTENTION_BLOCK_N}
     if tree is not None or split_slots is None or n > SPLIT_MAX_TOKENS:
         ancestors, tree_base = (pos, pos) if tree is None else (tree[1], tree[2])
+        head_blocks = triton.cdiv(group, ATTENTION_BLOCK_M)
         with _on(q.device):
-            _attention_kernel[(n_kv, row_blocks)](
+            _attention_kernel[(n_kv, row_blocks if tree is None else n * head_blocks)](
                 q,
                 k_cache,
                 v_cache,
@@ -145,6 +148,7 @@ def attention(
                 scale,
                 n_heads,
                 TREE=tree is not None,
+                HEAD_BLOCKS=head_blocks,
                 **shape,
                 num_warps=4,
             )
@@ -293,6 +297,7 @@ if triton is not None:
         scale,
         H,
         TREE: tl.constexpr,
+        HEAD_BLOCKS: tl.constexpr,
         GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
@@ -300,20 +305,33 @@ if triton is not None:
     ):
         """Program (kv head, row block): online softmax over slot blocks up to the block's largest
         position. Masked scores are -inf and the running max starts finite, so the blocks past a
-        row's own position add exactly nothing to it."""
+        row's own position add exactly nothing to it. With TREE a row block is (token, block of the
+        kv head's query heads), and the loop runs over logical slots: below the tree's base the slot
+        itself, at base + j the slot of the token's (j + 1)-th ancestor (its j-th set bit)."""
         kv = tl.program_id(0)
-        m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # stacked row: head kv*GROUP + m // n, token m % n
-        valid = m < GROUP * n
-        tok = tl.where(valid, m % n, 0).to(tl.int64)
-        head = kv * GROUP + tl.where(valid, m // n, 0)
+        if TREE:
+            token = tl.program_id(1) // HEAD_BLOCKS
+            r = (tl.program_id(1) % HEAD_BLOCKS) * BLOCK_M + tl.arange(0, BLOCK_M)
+            valid = r < GROUP
+            tok = tl.zeros([BLOCK_M], tl.int64) + token
+            head = kv * GROUP + tl.where(valid, r, 0)
+        else:
+            m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # stacked row: head kv*GROUP + m // n, token m % n
+            valid = m < GROUP * n
+            tok = tl.where(valid, m % n, 0).to(tl.int64)
+            head = kv * GROUP + tl.where(valid, m // n, 0)
         d = tl.arange(0, HEAD_DIM)
         row_offsets = (tok * H + head)[:, None] * HEAD_DIM + d[None, :]
         q = tl.load(q_ptr + row_offsets, mask=valid[:, None], other=0.0)
-        p = tl.load(pos_ptr + tok, mask=valid, other=-1)
-        end = tl.max(p, axis=0) + 1
         if TREE:
             tree_base = tl.load(base_ptr)
-            ancestors = tl.load(ancestors_ptr + tok, mask=valid, other=0)
+            bit = tl.arange(0, 64)
+            on = ((tl.load(ancestors_ptr + token) >> bit.to(tl.int64)) & 1).to(tl.int32)
+            depth_index = tl.cumsum(on, axis=0) - on  # a set bit's rank: its node's depth - 1
+            end = tree_base + tl.sum(on, axis=0)
+        else:
+            p = tl.load(pos_ptr + tok, mask=valid, other=-1)
+            end = tl.max(p, axis=0) + 1
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -321,16 +339,17 @@ if triton is not None:
         for start in range(0, end, BLOCK_N):
             slot = start + tl.arange(0, BLOCK_N)
             inside = (slot < end)[:, None]
-            offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
+            if TREE:  # the node at each path depth: the set bit of that rank
+                depth = slot - tree_base
+                chosen = (on[None, :] == 1) & (depth_index[None, :] == depth[:, None])
+                node = tl.sum(tl.where(chosen, bit[None, :], 0), axis=1)
+                offsets = base + tl.where(depth >= 0, tree_base + node, slot)[:, None] * HEAD_DIM + d[None, :]
+                visible = (slot < end)[None, :]
+            else:
+                offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
+                visible = slot[None, :] <= p[:, None]
             k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
             scores = tl.dot(q, tl.trans(k)) * scale
-            if TREE:  # below the base, or a set ancestor bit (a shift by 0..63 only)
-                offset = slot - tree_base
-                in_tree = (offset >= 0) & (offset < 64)
-                bit = (ancestors[:, None] >> tl.where(in_tree, offset, 0).to(tl.int64)[None, :]) & 1
-                visible = (offset < 0)[None, :] | (in_tree[None, :] & (bit == 1))
-            else:
-                visible = slot[None, :] <= p[:, None]
             scores = tl.where(visible, scores, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=1))
             weights = tl.exp(scores - new_max[:, None])

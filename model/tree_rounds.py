@@ -56,15 +56,17 @@ def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: st
         raise UsageError(f"{label}: trees rank children with {', '.join(TREE_HEADS)} heads, not {head_kind}")
 
 
-def check_tree_precision(tree: TreeShape, device_type: str, dtype) -> None:
-    """Trees on a GPU run in float32 only. A node's ancestors sit at other cache slots than the same
-    tokens in a chain, so tree attention adds the same terms in another order; in bfloat16 that flipped
-    near-tied argmaxes of a synthetic 32B AWQ target within 9-32 tokens on an H200 (docs/design.md,
-    "Token trees": the path-ordered kernel that would make it exact by construction)."""
-    if tree.kind != "chain" and device_type == "cuda" and dtype not in (torch.float32, "float32"):
+def check_tree_precision(tree: TreeShape, device_type: str, dtype, kernels: str | None) -> None:
+    """Trees on a GPU below float32 need the fused attention kernel. It reads a node's keys in path
+    order, so a tree row sums exactly a chain row's terms in the chain's order; the torch path's masked
+    attention sums them at other slots, and in bfloat16 that flipped near-tied argmaxes of a synthetic
+    32B AWQ target within 9-32 tokens on an H200 (docs/design.md, "Token trees"). `kernels` None: not
+    known yet (the decoder checks again)."""
+    low_precision = device_type == "cuda" and dtype not in (torch.float32, "float32")
+    if tree.kind != "chain" and low_precision and kernels not in (None, "fused"):
         raise UsageError(
-            f"--tree {tree.label} on a GPU needs --dtype float32: in bfloat16 or float16 tree attention is not "
-            "bit-exact against target-only greedy (its keys are summed in another order than a chain's)"
+            f"--tree {tree.label} on a GPU in bfloat16 or float16 needs the fused kernels (a Qwen3 or Llama target "
+            "with --kernels fused), whose attention reads a node's keys in a chain's order; or use --dtype float32"
         )
 
 

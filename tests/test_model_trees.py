@@ -275,6 +275,43 @@ def test_fused_attention_tree_rule_equals_the_dense_mask(base):
     assert not torch.allclose(fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=broken).view(n, n_heads, -1), got)
 
 
+def tree_rows_equal_chain_rows(device, dtype, base: int, reverse: bool = False) -> bool:
+    """Whether each tree node's attention row is bit for bit the row of the same query in a chain whose
+    cache holds the node's path at base, base + 1, ... (reversed along the path with `reverse`: the
+    same keys summed in another order, which must not match)."""
+    g = torch.Generator().manual_seed(base)
+    n_heads, n_kv, head_dim = 16, 2, 64
+    parents = parse_tree("paths:0;1;2;0.0;0.1;1.0;0.0.0;0.1.0;0.0.0.0").parents
+    words = torch.cat([torch.zeros(1, dtype=torch.long), _ancestor_words(parents)])
+    n, slots = words.numel(), base + 80
+    pos = (base - 1 + torch.arange(n)).to(device)
+    q = torch.randn(n, n_heads, head_dim, generator=g).to(device, dtype)
+    k_cache, v_cache = (torch.randn(1, n_kv, slots, head_dim, generator=g).to(device, dtype) for _ in range(2))
+    tree = (pos, words.to(device), torch.tensor([base], device=device))
+    tree_rows = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, None, tree=tree)
+    for node in range(len(parents)):
+        path = [base + j for j in range(64) if (int(words[node + 1]) >> j) & 1]
+        path = path[::-1] if reverse else path
+        chain_k, chain_v = k_cache.clone(), v_cache.clone()
+        chain_k[:, :, base : base + len(path)], chain_v[:, :, base : base + len(path)] = (
+            k_cache[:, :, path],
+            v_cache[:, :, path],
+        )
+        chain_pos = torch.tensor([base - 1 + len(path)], device=device)
+        if not torch.equal(
+            tree_rows[node + 1], fused_ops.attention(q[node + 1 : node + 2], chain_k, chain_v, chain_pos, 0.3, None)[0]
+        ):
+            return False
+    return True
+
+
+@pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")
+@pytest.mark.parametrize("base", [7, 62])  # the path inside one slot block, and across two
+def test_a_tree_row_is_bit_for_bit_the_chain_row_of_its_path(base):
+    assert tree_rows_equal_chain_rows("cpu", torch.float32, base)
+    assert not tree_rows_equal_chain_rows("cpu", torch.float32, base, reverse=True)
+
+
 @pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")
 def test_fused_tree_forward_matches_the_torch_path():
     """The whole fused layer (rotation at the nodes' positions, cache writes at their slots, the tree
@@ -291,12 +328,14 @@ def test_fused_tree_forward_matches_the_torch_path():
     assert (want - got).abs().max() < 1e-4 * want.abs().max()
 
 
-def test_trees_on_a_gpu_are_refused_below_float32():
-    """bfloat16 tree attention flipped near-tied argmaxes on an H200 (docs/design.md): refused in one line."""
+def test_trees_on_a_gpu_below_float32_need_the_fused_kernels():
+    """The torch path's masked attention is not path-ordered (docs/design.md): refused in one line."""
     tree = parse_tree("2x2x1")
     for dtype in (torch.bfloat16, torch.float16, "bfloat16"):
-        with pytest.raises(UsageError, match="needs --dtype float32"):
-            tree_rounds.check_tree_precision(tree, "cuda", dtype)
-    tree_rounds.check_tree_precision(tree, "cuda", torch.float32)
-    tree_rounds.check_tree_precision(tree, "cpu", torch.bfloat16)
-    tree_rounds.check_tree_precision(parse_tree("chain"), "cuda", torch.bfloat16)
+        with pytest.raises(UsageError, match="needs the fused kernels"):
+            tree_rounds.check_tree_precision(tree, "cuda", dtype, "torch")
+        tree_rounds.check_tree_precision(tree, "cuda", dtype, "fused")
+        tree_rounds.check_tree_precision(tree, "cuda", dtype, None)
+    tree_rounds.check_tree_precision(tree, "cuda", torch.float32, "torch")
+    tree_rounds.check_tree_precision(tree, "cpu", torch.bfloat16, "torch")
+    tree_rounds.check_tree_precision(parse_tree("chain"), "cuda", torch.bfloat16, "torch")

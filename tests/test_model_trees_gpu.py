@@ -1,6 +1,7 @@
 """Token trees on CUDA (skipped without a GPU): graphs on and off, fused kernels, dense and FlashHead
-drafts: every static tree emits exactly target greedy under ordinary and deferred; every tree graph is
-captured up front; the decoder's fixed width covers the largest node budget."""
+drafts: every static tree emits exactly target greedy under ordinary and deferred, in float32 and in
+bfloat16 (where only the path-ordered attention makes that hold); every tree graph is captured up
+front; the decoder's fixed width covers the largest node budget."""
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.pair import resolve_placement
+from tests.test_model_trees import tree_rows_equal_chain_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 
@@ -20,11 +22,12 @@ PROMPT = list(b"Speculative decoding on the GPU.")
 MAX_NEW, ROOM = 40, 256
 
 
-def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5"):
-    """Tiny float32 models (exact argmax comparisons need more than bfloat16's 8 bits)."""
+def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="float32"):
+    """Tiny models; in bfloat16 their random logits are often near-tied, so a tree row that differed from
+    a chain row in the last bit would show."""
     _, target_device, draft_device = resolve_placement(placement)
-    target = load_model("tiny-qwen3", target_device, "float32", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", draft_device, "float32", seed=2, max_seq_len=ROOM).model
+    target = load_model("tiny-qwen3", target_device, dtype, seed=1, max_seq_len=ROOM).model
+    draft = load_model("tiny-qwen3-draft", draft_device, dtype, seed=2, max_seq_len=ROOM).model
     w = draft.head_weight
     draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
     control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
@@ -52,6 +55,21 @@ def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
         assert sum(r.emitted for r in g.rounds) == MAX_NEW - 1
         if spec == "a=1" and schedule != "baseline" and "x" in tree:  # a dynamic tree may leave the path out
             assert all(r.accepted == depth for r in g.rounds[:-1]), schedule
+
+
+@pytest.mark.parametrize("head", ["dense", "flashhead"])
+@pytest.mark.parametrize("tree", ["2x2x1", "4x2x1x1", "8x1x1x1", "4x3x4", "dynamic:4,16,4"])
+def test_every_tree_equals_target_greedy_in_bfloat16(head, tree):
+    dec, want = _decoder("one-gpu", tree, head, True, "a=0.5", "bfloat16")
+    for schedule in ("ordinary", "deferred"):
+        assert dec.generate(PROMPT, MAX_NEW, schedule).tokens == want, schedule
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("base", [7, 62, 300])
+def test_a_tree_row_is_bit_for_bit_the_chain_row_of_its_path_on_the_gpu(dtype, base):
+    assert tree_rows_equal_chain_rows("cuda", dtype, base)
+    assert not tree_rows_equal_chain_rows("cuda", dtype, base, reverse=True)
 
 
 def test_the_largest_node_budget_widens_the_fixed_width_and_stays_exact():
