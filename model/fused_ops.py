@@ -118,12 +118,15 @@ def attention(
     """q [n, H, hd] at slots pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
     attends to slots <= pos[i], or with `tree` (rope, ancestors [n] int64, base [1]) to the slots
     below base and the slots base + j whose bit j is set in ancestors[i] (model.transformer.tree_visible).
-    A tree query reads those keys in path order, as if its ancestors sat at base, base + 1, ... as a
-    chain's tokens do: the same slot blocks and lanes, so its sums are bit for bit a chain row's. Its
-    programs hold one token each (its ancestors decide the gather). Slots above the largest position
-    are never read. With `split_slots` (no tree, at most SPLIT_MAX_TOKENS tokens), programs over slots
-    [s * split_slots, (s + 1) * split_slots) write partial sums that a second kernel combines per row,
-    over the splits up to that row's position, in split order."""
+    Slots above the largest position are never read.
+
+    Three routes. Without `split_slots` (tree decoders) or with a tree, one path-ordered program per
+    token: a tree query reads its ancestors' keys as if they sat at base, base + 1, ..., where a chain
+    holds the same tokens, and a causal query runs the same compiled code with base = its position + 1;
+    so a tree row is bit for bit the chain row of its path. With `split_slots` and at most
+    SPLIT_MAX_TOKENS tokens, programs over slots [s * split_slots, (s + 1) * split_slots) write partial
+    sums that a second kernel combines per row, in split order. Otherwise (a prefill) one program per
+    block of stacked query rows."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
@@ -131,11 +134,11 @@ def attention(
     out = torch.empty((n, n_heads * head_dim), dtype=q.dtype, device=q.device)
     row_blocks = triton.cdiv(rows, ATTENTION_BLOCK_M)
     shape = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_M": ATTENTION_BLOCK_M, "BLOCK_N": ATTENTION_BLOCK_N}
-    if tree is not None or split_slots is None or n > SPLIT_MAX_TOKENS:
+    if tree is not None or split_slots is None:
         ancestors, tree_base = (pos, pos) if tree is None else (tree[1], tree[2])
         head_blocks = triton.cdiv(group, ATTENTION_BLOCK_M)
         with _on(q.device):
-            _attention_kernel[(n_kv, row_blocks if tree is None else n * head_blocks)](
+            _path_ordered_attention_kernel[(n_kv, n * head_blocks)](
                 q,
                 k_cache,
                 v_cache,
@@ -143,14 +146,19 @@ def attention(
                 ancestors,
                 tree_base,
                 out,
-                n,
                 slots,
                 scale,
                 n_heads,
-                TREE=tree is not None,
+                int(tree is not None),
                 HEAD_BLOCKS=head_blocks,
                 **shape,
                 num_warps=4,
+            )
+        return out
+    if n > SPLIT_MAX_TOKENS:
+        with _on(q.device):
+            _attention_kernel[(n_kv, row_blocks)](
+                q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4
             )
         return out
     if split_slots % ATTENTION_BLOCK_N:
@@ -284,54 +292,44 @@ if triton is not None:
             tl.store(v_ptr + slot + HALF + half, tl.load(v_src + HALF + half))
 
     @triton.jit
+    def _online_softmax_step(q, k, v, visible, scale, running_max, total, acc):
+        """One slot block of the online softmax. Masked scores are -inf and the running max starts
+        finite, so a block past a row's own position adds exactly nothing to it."""
+        scores = tl.where(visible, tl.dot(q, tl.trans(k)) * scale, float("-inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+        weights = tl.exp(scores - new_max[:, None])
+        rescale = tl.exp(running_max - new_max)
+        total = total * rescale + tl.sum(weights, axis=1)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+        return new_max, total, acc
+
+    @triton.jit
     def _attention_kernel(
         q_ptr,
         k_ptr,
         v_ptr,
         pos_ptr,
-        ancestors_ptr,
-        base_ptr,
         o_ptr,
         n,
         S,
         scale,
         H,
-        TREE: tl.constexpr,
-        HEAD_BLOCKS: tl.constexpr,
         GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        """Program (kv head, row block): online softmax over slot blocks up to the block's largest
-        position. Masked scores are -inf and the running max starts finite, so the blocks past a
-        row's own position add exactly nothing to it. With TREE a row block is (token, block of the
-        kv head's query heads), and the loop runs over logical slots: below the tree's base the slot
-        itself, at base + j the slot of the token's (j + 1)-th ancestor (its j-th set bit)."""
+        """Program (kv head, row block): online softmax over slot blocks up to the block's largest position."""
         kv = tl.program_id(0)
-        if TREE:
-            token = tl.program_id(1) // HEAD_BLOCKS
-            r = (tl.program_id(1) % HEAD_BLOCKS) * BLOCK_M + tl.arange(0, BLOCK_M)
-            valid = r < GROUP
-            tok = tl.zeros([BLOCK_M], tl.int64) + token
-            head = kv * GROUP + tl.where(valid, r, 0)
-        else:
-            m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # stacked row: head kv*GROUP + m // n, token m % n
-            valid = m < GROUP * n
-            tok = tl.where(valid, m % n, 0).to(tl.int64)
-            head = kv * GROUP + tl.where(valid, m // n, 0)
+        m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # stacked row: head kv*GROUP + m // n, token m % n
+        valid = m < GROUP * n
+        tok = tl.where(valid, m % n, 0).to(tl.int64)
+        head = kv * GROUP + tl.where(valid, m // n, 0)
         d = tl.arange(0, HEAD_DIM)
         row_offsets = (tok * H + head)[:, None] * HEAD_DIM + d[None, :]
         q = tl.load(q_ptr + row_offsets, mask=valid[:, None], other=0.0)
-        if TREE:
-            tree_base = tl.load(base_ptr)
-            bit = tl.arange(0, 64)
-            on = ((tl.load(ancestors_ptr + token) >> bit.to(tl.int64)) & 1).to(tl.int32)
-            depth_index = tl.cumsum(on, axis=0) - on  # a set bit's rank: its node's depth - 1
-            end = tree_base + tl.sum(on, axis=0)
-        else:
-            p = tl.load(pos_ptr + tok, mask=valid, other=-1)
-            end = tl.max(p, axis=0) + 1
+        p = tl.load(pos_ptr + tok, mask=valid, other=-1)
+        end = tl.max(p, axis=0) + 1
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -339,26 +337,72 @@ if triton is not None:
         for start in range(0, end, BLOCK_N):
             slot = start + tl.arange(0, BLOCK_N)
             inside = (slot < end)[:, None]
-            if TREE:  # the node at each path depth: the set bit of that rank
+            offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
+            k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
+            v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
+            visible = slot[None, :] <= p[:, None]
+            running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
+        out = acc / tl.where(valid, total, 1.0)[:, None]
+        tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+
+    @triton.jit(do_not_specialize=["tree_rows"])
+    def _path_ordered_attention_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        ancestors_ptr,
+        base_ptr,
+        o_ptr,
+        S,
+        scale,
+        H,
+        tree_rows,
+        HEAD_BLOCKS: tl.constexpr,
+        GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        """Program (kv head, token and block of the kv head's query heads): online softmax over logical
+        slots. Below the base a logical slot is the slot itself; base + j is the slot of the token's
+        (j + 1)-th ancestor, its word's j-th set bit. A causal row (tree_rows 0, a runtime value so that
+        both kinds run one compiled kernel) has base = its position + 1 and no ancestors."""
+        kv = tl.program_id(0)
+        token = tl.program_id(1) // HEAD_BLOCKS
+        r = (tl.program_id(1) % HEAD_BLOCKS) * BLOCK_M + tl.arange(0, BLOCK_M)
+        valid = r < GROUP
+        head = kv * GROUP + tl.where(valid, r, 0)
+        d = tl.arange(0, HEAD_DIM)
+        row_offsets = (token.to(tl.int64) * H + head)[:, None] * HEAD_DIM + d[None, :]
+        q = tl.load(q_ptr + row_offsets, mask=valid[:, None], other=0.0)
+        is_tree = tree_rows != 0
+        tree_base = tl.where(is_tree, tl.load(base_ptr), tl.load(pos_ptr + token) + 1)
+        word = tl.where(is_tree, tl.load(ancestors_ptr + token), 0)
+        bit = tl.arange(0, 64)
+        on = ((word >> bit.to(tl.int64)) & 1).to(tl.int32)
+        depth_index = tl.cumsum(on, axis=0) - on  # a set bit's rank: its node's depth - 1
+        end = tree_base + tl.sum(on, axis=0)
+        running_max = tl.full([BLOCK_M], -1e30, tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        base = kv.to(tl.int64) * S * HEAD_DIM
+        for start in range(0, end, BLOCK_N):
+            slot = (start + tl.arange(0, BLOCK_N)).to(tl.int64)
+            if start + BLOCK_N > tree_base:  # the path's nodes: the set bit of each rank
                 depth = slot - tree_base
                 chosen = (on[None, :] == 1) & (depth_index[None, :] == depth[:, None])
                 node = tl.sum(tl.where(chosen, bit[None, :], 0), axis=1)
-                offsets = base + tl.where(depth >= 0, tree_base + node, slot)[:, None] * HEAD_DIM + d[None, :]
-                visible = (slot < end)[None, :]
+                physical = tl.where(depth >= 0, tree_base + node, slot)
             else:
-                offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
-                visible = slot[None, :] <= p[:, None]
+                physical = slot
+            inside = (slot < end)[:, None]
+            offsets = base + physical[:, None] * HEAD_DIM + d[None, :]
             k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
-            scores = tl.dot(q, tl.trans(k)) * scale
-            scores = tl.where(visible, scores, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-            weights = tl.exp(scores - new_max[:, None])
-            rescale = tl.exp(running_max - new_max)
-            total = total * rescale + tl.sum(weights, axis=1)
             v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
-            acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
-            running_max = new_max
-        out = acc / tl.where(valid, total, 1.0)[:, None]
+            visible = (slot < end)[None, :]
+            running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
+        out = acc / total[:, None]
         tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
@@ -404,15 +448,9 @@ if triton is not None:
                 inside = (slot < end)[:, None]
                 offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
                 k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
-                scores = tl.dot(q, tl.trans(k)) * scale
-                scores = tl.where(slot[None, :] <= p[:, None], scores, float("-inf"))
-                new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-                weights = tl.exp(scores - new_max[:, None])
-                rescale = tl.exp(running_max - new_max)
-                total = total * rescale + tl.sum(weights, axis=1)
                 v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
-                acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
-                running_max = new_max
+                visible = slot[None, :] <= p[:, None]
+                running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
             row = (kv.to(tl.int64) * GROUP * n + m) * splits + split
             tl.store(sums_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
             tl.store(stats_ptr + row * 2, running_max, mask=valid)

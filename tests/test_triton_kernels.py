@@ -39,15 +39,20 @@ def test_fused_forward_matches_the_torch_path(spec):
         assert (want - got).abs().max() < TOL * want.abs().max()
 
 
-def test_attention_reads_only_slots_up_to_the_last_position():
+@pytest.mark.parametrize(
+    "tokens, split_slots",
+    [(3, fused_ops.SPLIT_SLOTS), (3, None), (fused_ops.SPLIT_MAX_TOKENS + 4, fused_ops.SPLIT_SLOTS)],
+    ids=["split", "path-ordered", "stacked"],
+)
+def test_attention_reads_only_slots_up_to_the_last_position(tokens, split_slots):
     g = torch.Generator().manual_seed(0)
     n_heads, n_kv, head_dim, slots = 4, 2, 16, 200
-    q = torch.randn(3, n_heads, head_dim, generator=g)
+    q = torch.randn(tokens, n_heads, head_dim, generator=g)
     k_cache, v_cache = (torch.randn(1, n_kv, slots, head_dim, generator=g) for _ in range(2))
-    pos = torch.tensor([70, 71, 72])
+    pos = torch.arange(73 - tokens, 73)
     k_cache[:, :, 73:], v_cache[:, :, 73:] = float("nan"), float("nan")  # never read
-    got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3)
-    got = got.view(3, n_heads, head_dim).cpu()
+    got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, split_slots)
+    got = got.view(tokens, n_heads, head_dim).cpu()
     mask = torch.arange(slots)[None, :] <= pos[:, None]
     for head in range(n_heads):
         kv = head // (n_heads // n_kv)
