@@ -275,10 +275,10 @@ def test_fused_attention_tree_rule_equals_the_dense_mask(base):
     assert not torch.allclose(fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=broken).view(n, n_heads, -1), got)
 
 
-def tree_rows_equal_chain_rows(device, dtype, base: int, reverse: bool = False) -> bool:
+def tree_rows_equal_chain_rows(device, dtype, base: int, wrong_key: bool = False) -> bool:
     """Whether each tree node's attention row is bit for bit the row of the same query in a chain whose
-    cache holds the node's path at base, base + 1, ... (reversed along the path with `reverse`: the
-    same keys summed in another order, which must not match)."""
+    cache holds the node's path at base, base + 1, ... (with `wrong_key`, the control: the chain's
+    last path key and value come from a context slot instead, which must not match)."""
     g = torch.Generator().manual_seed(base)
     n_heads, n_kv, head_dim = 16, 2, 64
     parents = parse_tree("paths:0;1;2;0.0;0.1;1.0;0.0.0;0.1.0;0.0.0.0").parents
@@ -291,7 +291,7 @@ def tree_rows_equal_chain_rows(device, dtype, base: int, reverse: bool = False) 
     tree_rows = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, None, tree=tree)
     for node in range(len(parents)):
         path = [base + j for j in range(64) if (int(words[node + 1]) >> j) & 1]
-        path = path[::-1] if reverse else path
+        path = path[:-1] + [base - 2] if wrong_key else path
         chain_k, chain_v = k_cache.clone(), v_cache.clone()
         chain_k[:, :, base : base + len(path)], chain_v[:, :, base : base + len(path)] = (
             k_cache[:, :, path],
@@ -309,7 +309,7 @@ def tree_rows_equal_chain_rows(device, dtype, base: int, reverse: bool = False) 
 @pytest.mark.parametrize("base", [7, 62])  # the path inside one slot block, and across two
 def test_a_tree_row_is_bit_for_bit_the_chain_row_of_its_path(base):
     assert tree_rows_equal_chain_rows("cpu", torch.float32, base)
-    assert not tree_rows_equal_chain_rows("cpu", torch.float32, base, reverse=True)
+    assert not tree_rows_equal_chain_rows("cpu", torch.float32, base, wrong_key=True)
 
 
 @pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")

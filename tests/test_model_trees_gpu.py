@@ -69,7 +69,7 @@ def test_every_tree_equals_target_greedy_in_bfloat16(head, tree):
 @pytest.mark.parametrize("base", [7, 62, 300])
 def test_a_tree_row_is_bit_for_bit_the_chain_row_of_its_path_on_the_gpu(dtype, base):
     assert tree_rows_equal_chain_rows("cuda", dtype, base)
-    assert not tree_rows_equal_chain_rows("cuda", dtype, base, reverse=True)
+    assert not tree_rows_equal_chain_rows("cuda", dtype, base, wrong_key=True)
 
 
 def test_the_largest_node_budget_widens_the_fixed_width_and_stays_exact():
