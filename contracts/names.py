@@ -49,4 +49,4 @@ REGIME_OF_GRAPHS_FLAG = {"on": "graphs", "off": "eager"}
 # Events of a round, in the order the host issues them; the decoder and the simulator log the same
 # sequence for the same run as (name, stream, tokens) tuples (docs/contracts.md, "Schedule event
 # order"; tests/test_schedule_parity.py).
-EVENTS = ("draft_step", "lookup", "copy_tokens", "sync", "verify", "append")
+EVENTS = ("catch_up", "draft_step", "lookup", "copy_tokens", "sync", "verify", "append")

@@ -52,6 +52,27 @@ def parse_policy(text: str, where: str = "policy", valid: tuple[str, ...] = POLI
     return text
 
 
+# The widths of a catch-up's draft forwards (a model drafter that sat out rounds feeding the tokens its
+# cache missed): few enough to capture their graphs with the decoder's, before anything is timed. A
+# forward captured in the middle of a generation costs two eager runs and a capture (about 30 ms for
+# a 0.6B draft on an H200, where a step takes 1.5 ms), the whole of the first round of that width.
+CATCH_UP_WIDTHS = (4, 8, 16, 32, 64)
+
+
+def catch_up_widths(missed: int, context: int) -> tuple[int, ...]:
+    """Tokens fed by each draft forward of a round whose model drafter feeds `missed` tokens first,
+    the last one at position context - 1 (2 is the usual [prev, f]: one forward of 2). A catch-up
+    (missed > 2) feeds the oldest missed tokens in forwards of the largest width while more than
+    that remain, then the rest in the smallest width that holds them, reaching back over tokens the
+    cache already holds (their slots are rewritten from the same tokens) but not before position 0."""
+    if missed <= 2:
+        return (missed,)
+    largest = CATCH_UP_WIDTHS[-1]
+    leading = (missed - 1) // largest
+    rest = missed - leading * largest
+    return (largest,) * leading + (min(next(w for w in CATCH_UP_WIDTHS if w >= rest), context),)
+
+
 def arms(drafters: tuple[str, ...], Ks: tuple[int, ...]) -> tuple[Arm, ...]:
     """Every (drafter, K) pair, drafters in the order given, K ascending."""
     return tuple(Arm(d, k) for d in drafters for k in sorted(set(Ks)))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from contracts.policies import CATCH_UP_WIDTHS
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.early_exit import early_exit
@@ -98,16 +99,17 @@ def _prefill(b: Bench, loaded: Loaded, device: torch.device) -> list[dict]:
 
 
 def draft_costs(b: Bench, graphs: bool) -> dict:
-    """Draft body step over 1 and 2 new tokens, and every tree width (a tree's frontier), at each context
-    (a table over n_tokens and context: `Decoder.propose` feeds [prev, f] to its first step, every later
-    step one token, or a tree's frontier), its dense and
+    """Draft body step over 1 and 2 new tokens, every catch-up width and every tree width (a tree's
+    frontier), at each context (a table over n_tokens and context: `Decoder.propose` feeds [prev, f] to
+    its first step, every later step one token, a drafter back from idle rounds its catch-up, or a
+    tree's frontier), its dense and
     FlashHead heads (per probe count), prefill, and the KV crop (a cursor move on our static caches)."""
     model, device = b.draft.model, b.draft_device
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     body = GraphedCall(model.forward_hidden, enabled=graphs)
     body_points = []
     for context in b.contexts:
-        for n in sorted({1, 2} | set(b.tree_widths)):
+        for n in sorted({1, 2, *CATCH_UP_WIDTHS} | set(b.tree_widths)):
             inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
             body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"draft body ctx={context}")
@@ -165,7 +167,7 @@ def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     body = GraphedCall(early.forward_hidden, enabled=graphs)
     body_points = []
     for context in b.contexts:
-        for n in (1, 2):
+        for n in (1, 2, *CATCH_UP_WIDTHS):
             inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
             body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
         b.tick(f"early-exit body ctx={context}")

@@ -11,6 +11,7 @@ from contracts import UsageError
 from contracts.files import check_output_file
 from contracts.heads import check_assets, parse_heads
 from contracts.names import tensor_parallel_size
+from contracts.policies import CATCH_UP_WIDTHS
 from contracts.progress import Progress
 from contracts.trees import MAX_NODES
 from model.cli import sampling_settings
@@ -124,7 +125,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         raise UsageError("--graphs on needs a GPU placement (CUDA graphs)")
     contexts, prompt_lengths = list(settings.contexts), list(settings.prompt_lengths)
     longest = max(
-        max(contexts) + width(decode_K(settings.K_max, settings.tree_widths)),
+        max(contexts) + max(width(decode_K(settings.K_max, settings.tree_widths)), CATCH_UP_WIDTHS[-1]),
         max(prompt_lengths),
         settings.agreement_max_len,
         cache_room(min(prompt_lengths), BOOKKEEPING_NEW_TOKENS, min(6, settings.K_max)),

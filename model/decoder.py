@@ -476,6 +476,8 @@ class Decoder:
                 hidden, pos = self._body(tokens, start.to(self.draft_device))
                 for head in self._heads:
                     head(hidden, pos, tokens[:, -1:])
+        if self.drafting is not None:
+            self.drafting.capture()
         if self.trees is not None:
             self.trees.capture()
         for device in {self.target_device, self.draft_device}:

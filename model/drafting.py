@@ -9,7 +9,9 @@ target's greedy output whichever proposes:
   (model/prompt_lookup.py), searched on the target device with no host sync; with synthetic weights a
   LookupControl (model/lookup_control.py) then sets which of them the target accepts.
 A model drafter that sat out some rounds first feeds every token its cache missed (from the output
-buffer, where the host knows how many there are), so its proposals condition on the true context.
+buffer, where the host knows how many there are), so its proposals condition on the true context. It
+feeds them in forwards of the widths of contracts.policies.catch_up_widths, whose graphs `capture`
+takes with the decoder's: a graph captured during a generation costs some twenty draft steps.
 
 The policy (contracts.policies) sees, after each round, the arm played, the tokens emitted and the
 host's time from the round's start to its read. Policies run on the deferred schedules only
@@ -26,7 +28,7 @@ import torch
 
 from contracts import UsageError
 from contracts.names import POLICY_SCHEDULES
-from contracts.policies import Arm, Policy, make_policy
+from contracts.policies import CATCH_UP_WIDTHS, Arm, Policy, catch_up_widths, make_policy
 from model.decoder import Proposals
 from model.graphs import GraphedCall
 from model.heads import DenseHead
@@ -69,6 +71,28 @@ class Drafting:
                 "target",
             )
         return self
+
+    def capture(self) -> None:
+        """With the decoder's graphs (`Decoder._capture`): the verify of every K up to the decoder's
+        (the heuristic plays them all), the early-exit steps, and where the arms switch drafters
+        every model drafter's catch-up widths (dummy tokens at position 0, in slots every generation
+        rewrites before reading them)."""
+        start = torch.zeros(1, dtype=torch.long, device=self.dec.target_device)
+        for n in range(2, self.dec.K + 1):
+            self.dec.target_forward(torch.zeros(1, n, dtype=torch.long, device=self.dec.target_device), start)
+        played = {arm.drafter for arm in self.policy.arms}
+        models = {"draft-model": self.dec.draft, "early-exit": self.early}
+        for drafter in sorted(played - {"prompt-lookup"}):
+            body, heads, device, _ = self.dec.steppers[drafter]
+            widths = (1, 2) if drafter == "early-exit" else ()  # the draft model's are the decoder's
+            if len(played) > 1:
+                widths += tuple(w for w in CATCH_UP_WIDTHS if w <= models[drafter].max_seq_len)
+            start = torch.zeros(1, dtype=torch.long, device=device)
+            for n in widths:
+                tokens = torch.zeros(1, n, dtype=torch.long, device=device)
+                hidden, pos = body(tokens, start)
+                for head in heads:
+                    head(hidden, pos, tokens[:, -1:])
 
     def _early_body(self, tokens: torch.Tensor, start: torch.Tensor):
         n = tokens.shape[1]
@@ -115,18 +139,29 @@ class Drafting:
                     tokens = self.lookup_control.propose(tokens, run.cursor[2:3] + 1 + dec.positions[: arm.K])
                 return Proposals(tokens)
         first = max(2, context - run.cached.get(arm.drafter, context - 2))
-        device = dec.steppers[arm.drafter][2]
+        body, _, device, stream = dec.steppers[arm.drafter]
         cursor = run.cursor if device == dec.target_device else run.draft_cursor
         if first == 2:
-            tokens = cursor[:2].view(1, 2)
-        else:  # catch up: the tokens at positions context - first .. context - 1, from the output buffer
-            begin = run.least - first
-            tokens = run.out[begin : begin + first].view(1, first)
-            if arm.drafter == "draft-model" and dec.copies:  # as Decoder.to_draft: a real copy only
-                dec._event("copy_tokens", "target", first)
-                with dec.clock.span("copy_tokens", dec.target_device):
-                    tokens = tokens.to(device, non_blocking=True)
-        return dec.draft_steps(tokens, cursor[2:3] - (first - 1), arm.K, arm.drafter)
+            return dec.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, arm.K, arm.drafter)
+        # catch up: the tokens at positions context - first .. context - 1 (the last forward may reach
+        # further back), from the prompt and the output buffer
+        *leading, last = catch_up_widths(first, context)
+        begin = context - max(first, last)
+        P = run.prompt_len
+        tokens = (
+            run.out[begin - P : context - P] if begin >= P else torch.cat([run.prompt[begin:], run.out[: context - P]])
+        )
+        if arm.drafter == "draft-model" and dec.copies:  # as Decoder.to_draft: a real copy only
+            dec._event("copy_tokens", "target", tokens.numel())
+            with dec.clock.span("copy_tokens", dec.target_device):
+                tokens = tokens.to(device, non_blocking=True)
+        p = cursor[2:3]  # position context - 1
+        for index, width in enumerate(leading):  # the oldest missed tokens, body only
+            at = context - first + index * width
+            dec._event("catch_up", stream, width)
+            with dec.clock.phase("draft_body", device):
+                body(tokens[at - begin : at - begin + width].view(1, width), p - (context - 1 - at))
+        return dec.draft_steps(tokens[context - last - begin :].view(1, last), p - (last - 1), arm.K, arm.drafter)
 
     def observe(self, run, arm: Arm, context: int, before: int, accepted_or_ahead: int) -> None:
         """After the round's read (n known): the policy's update and the drafter's cache bookkeeping."""

@@ -85,9 +85,7 @@ def pareto_figure(points: list[dict], title: str) -> bytes:
     ax.set_ylabel("agreement with the dense draft (mean over positions)")
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return _png(fig)
 
 
 def tok_s_figure(rows: list[dict], title: str) -> bytes:
@@ -107,9 +105,7 @@ def tok_s_figure(rows: list[dict], title: str) -> bytes:
     ax.set_ylabel("decode tok/s (predicted)")
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return _png(fig)
 
 
 def markdown(points: list[dict], rows: list[dict], notes: list[str], command: str) -> str:

@@ -164,8 +164,12 @@ def write_outputs(out: Path, payload: dict, rows: list[dict], figures: dict) -> 
 
 
 def _png(fig) -> bytes:
+    """The figure as PNG bytes; closed, so a long sweep does not keep every figure open."""
+    import matplotlib.pyplot as plt
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
     return buffer.getvalue()
 
 
@@ -187,9 +191,7 @@ def phase_share_figure(rows: list[dict], title: str) -> bytes:
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=4)
     ax.tick_params(axis="x", labelsize=7, labelrotation=30)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return _png(fig)
 
 
 def sweep_figure(rows: list[dict], key: str, title: str) -> bytes:
@@ -210,6 +212,4 @@ def sweep_figure(rows: list[dict], key: str, title: str) -> bytes:
     ax.set_ylabel("decode tok/s (predicted)")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    return _png(fig)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from contracts.policies import Arm, Policy, arms, make_policy
+from contracts.policies import Arm, Policy, arms, catch_up_widths, make_policy
 from contracts.trees import TreeShape
 
 from .acceptance import Generation, leading_accepts
@@ -273,9 +273,23 @@ class SimulatedRun:
                 )
             )
         first = max(2, context - self.cached.get(arm.drafter, context - 2))
+        *leading, last = catch_up_widths(first, context)
         if first > 2 and arm.drafter == "draft-model":  # catching up: the missed tokens go to the draft device
-            yield from self.copy_tokens("target", first)
-        return (yield from self.draft_steps(arm.K, context - first, first_tokens=first, drafter=arm.drafter))
+            yield from self.copy_tokens("target", max(first, last))
+        for index, width in enumerate(leading):  # the oldest missed tokens, body only
+            yield from self.catch_up(width, context - first + index * width, arm.drafter)
+        return (yield from self.draft_steps(arm.K, context - last, first_tokens=last, drafter=arm.drafter))
+
+    def catch_up(self, width: int, context: int, drafter: str):
+        """`Drafting.propose`'s body-only forward of `width` missed tokens after `context` cached ones."""
+        stream = self.draft if drafter == "draft-model" else self.target
+        self.log("catch_up", "draft" if drafter == "draft-model" else "target", width)
+        body = self._drafter_costs(drafter, 0, 0)[0]
+        device_ms, host_ms = self._cost(
+            ("catch_up", drafter, width, context),
+            lambda: (body.device_ms(n_tokens=width, context=context), body.host_ms(n_tokens=width, context=context)),
+        )
+        return (yield from self.launch(stream, {"draft_body": device_ms}, host_ms))
 
     def drafted(self, arm: Arm, context: int, accepted: int) -> None:
         """After a round: the drafter's cache holds f and the proposals it fed that were accepted."""

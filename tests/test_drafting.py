@@ -160,3 +160,113 @@ def test_decoder_and_simulator_log_the_same_events_while_switching_drafters(mode
         assert {"lookup", "draft_step", "verify"} <= names and (("copy_tokens" in names) == copies)
         # a catch-up step (an idle model drafter feeding the tokens it missed) happened
         assert any(e[0] == "draft_step" and e[2] > 2 for e in dec.events)
+
+
+def test_catch_up_widths_cover_every_missed_token_in_few_shapes():
+    from contracts.policies import CATCH_UP_WIDTHS, catch_up_widths
+
+    assert catch_up_widths(2, 50) == (2,)  # the usual [prev, f]
+    assert catch_up_widths(3, 50) == (4,) and catch_up_widths(29, 500) == (32,)
+    assert catch_up_widths(200, 500) == (64, 64, 64, 8)
+    assert catch_up_widths(6, 6) == (6,)  # never before position 0
+    for missed in range(3, 300):
+        *leading, last = catch_up_widths(missed, 1000)
+        assert set(leading) <= {CATCH_UP_WIDTHS[-1]} and last in CATCH_UP_WIDTHS
+        assert sum(leading) < missed <= sum(leading) + last  # the last forward reaches the rest
+
+
+class Script:
+    """A policy for one generation playing `first` in its first round and once more than `after`
+    tokens were emitted, `other` in between (a model drafter idle for long, then catching up)."""
+
+    def __new__(cls, first, other, after):
+        from contracts.policies import Policy
+
+        class Scripted(Policy):
+            name = "scripted"
+
+            def choose(self):
+                emitted = sum(e for _, e, _ in self.history)
+                return first if not self.history or emitted > after else other
+
+        return Scripted((first, other))
+
+
+def test_no_graph_is_captured_during_a_generation_while_switching_drafters(models, monkeypatch):
+    """Every forward shape a generation uses was captured with the decoder's graphs (`_capture`): a
+    capture in the middle of a generation is two eager runs and a capture inside a timed round (on an
+    H200 it made ucb1 on summarization 20% slower than predicted). On the CPU no graph is captured, so
+    GraphedCall is replaced by one that records each new input signature."""
+    import model.decoder
+    import model.drafting
+    from model.graphs import GraphedCall
+
+    new_shapes = []
+
+    class Recording(GraphedCall):
+        def __call__(self, *inputs):
+            key = tuple(tuple(t.shape) for t in inputs)
+            if key not in self._graphs:
+                self._graphs[key] = None
+                new_shapes.append((getattr(self.fn, "__name__", "head"), key))
+            return self.fn(*inputs)
+
+    monkeypatch.setattr(model.decoder, "GraphedCall", Recording)
+    monkeypatch.setattr(model.drafting, "GraphedCall", Recording)
+    monkeypatch.setattr(model.decoder.torch.cuda, "synchronize", lambda device=None: None)
+    target, draft, early, references = models
+    choices = (Arm("draft-model", 3), Arm("prompt-lookup", 2), Arm("early-exit", 1), Arm("early-exit", 3))
+    dec = Decoder(
+        target,
+        draft,
+        DenseHead(draft.head_weight),
+        K=K,
+        graphs=True,
+        fixed_width=True,  # as on a GPU: one target shape for every K
+        drafting=Drafting(RoundRobin(choices), early=early),
+    )
+    dec._capture()  # what a CUDA decoder does when it is built
+    captured, dec.events = len(new_shapes), []
+    for name, ids in PROMPTS.items():
+        assert dec.generate(ids, MAX_NEW, "deferred").tokens == references[name]
+    assert any(e[0] == "draft_step" and e[2] > 2 for e in dec.events)  # catch-ups happened
+    assert new_shapes[captured:] == []
+
+
+def test_a_long_catch_up_feeds_full_width_forwards_first_and_stays_exact():
+    """The draft model sits out more than the largest catch-up width, then feeds what it missed:
+    64-token forwards first, then the rest; the output is target greedy and the simulator logs the
+    same events."""
+    from sim.acceptance import Generation
+    from sim.profile import Profile
+    from sim.schedules import Config
+    from sim.simulate import simulate
+    from tests.sim_fixtures import timing, tiny_profile
+
+    room, max_new = 256, 150
+    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=room).model
+    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=room).model
+    ids = PROMPTS["repeats"]
+    reference = Decoder(target, K=1, graphs=False, phases=False).reference(ids, max_new)
+    choices = (Arm("draft-model", 3), Arm("prompt-lookup", 3))
+    dec = Decoder(
+        target, draft, DenseHead(draft.head_weight), K=K, graphs=False, drafting=Drafting(Script(*choices, 100))
+    )
+    dec.events = []
+    generation = dec.generate(ids, max_new, "deferred")
+    assert generation.tokens == reference
+    catch_ups = [e[2] for e in dec.events if e[0] == "catch_up"]
+    assert catch_ups and set(catch_ups) == {64}
+    profile = tiny_profile("one-gpu")
+    profile["regimes"]["eager"]["draft"]["lookup_ms"] = timing(0.1)
+    g = Generation("repeats", len(ids), generation.decode_tokens)
+    result = simulate(
+        Profile(profile, "parity").costs["eager"],
+        Config("deferred", "dense", K, 4, "one-gpu", drafters=("draft-model", "prompt-lookup")),
+        RecordedRounds([g], {"repeats": generation.rounds}),
+        [g],
+        ceiling=False,
+        events=True,
+        policy=Script(*choices, 100),
+    )
+    assert result["events"] == dec.events

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from contracts.policies import CATCH_UP_WIDTHS
 from measure.__main__ import main
 from sim.profile import Profile
 
@@ -64,7 +65,7 @@ def test_profile_meets_the_contract_sim_reads(measured):
     forward = raw["regimes"]["eager"]["target"]["forward_ms"]["points"]
     assert sorted({p["n_tokens"] for p in forward}) == [1, 2, 3, 4, 5, 7]  # K_max + 2 = 5, and the tree widths
     body = raw["regimes"]["eager"]["draft"]["body_ms"]["points"]
-    assert sorted({p["n_tokens"] for p in body}) == [1, 2, 3, 7]
+    assert sorted({p["n_tokens"] for p in body}) == [1, 2, 3, 4, 7, 8, 16, 32, 64]  # and the catch-up widths
     assert [p["probes"] for p in raw["regimes"]["eager"]["draft"]["head_flashhead_ms"]["points"]] == [1, 2, 8, 32]
     agreement = raw["flashhead"]["agreement"]
     assert agreement["probes"] == [1, 2, 8, 32] and agreement["synthetic"] is True
@@ -99,11 +100,9 @@ def test_the_drafters_costs_are_measured_and_the_simulator_plays_them(measured, 
 
     draft = json.loads(measured.read_text())["regimes"]["eager"]["draft"]
     assert [p["context"] for p in draft["lookup_ms"]["points"]] == [16, 48]
-    assert sorted({(p["n_tokens"], p["context"]) for p in draft["early_exit_body_ms"]["points"]}) == [
-        (1, 16),
-        (1, 48),
-        (2, 16),
-        (2, 48),
+    early_body = draft["early_exit_body_ms"]["points"]
+    assert sorted({(p["n_tokens"], p["context"]) for p in early_body}) == [
+        (n, context) for n in (1, 2, *CATCH_UP_WIDTHS) for context in (16, 48)
     ]
     assert draft["early_exit_head_ms"]["median_ms"] > 0
     argv = ["--profile", str(measured), "--acceptance", "0.5", "--no-ceiling", "--schedule", "deferred"]

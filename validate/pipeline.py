@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import shlex
 import shutil
+from functools import partial
 from pathlib import Path
 
 from contracts import SCHEDULES, UsageError
@@ -402,73 +403,21 @@ def _decode_all(
             name = group_name(group[0])
             calibrations[name] = []
             probes = head.probes if head_kind == "flashhead" else None
+            write_run = partial(_run_and_write, args, pair, dec, control, refs, probes=probes, folder=folder)
             for schedule in CALIBRATION_SCHEDULES:
                 config = (
                     Config("baseline", "dense", 0)
                     if schedule == "baseline"
                     else Config(schedule, head_kind, K or first_K)
                 )
-                runs = decode(
-                    dec,
-                    Workload([calibration_prompt], [calibration_ids]),
-                    schedule,
-                    args.max_new_tokens,
-                    control,
-                    refs,
-                    warmup=1,
-                    progress=None,
-                )
-                config_probes = probes if config.head == "flashhead" else None
-                lines, summary = records(
-                    runs,
-                    config,
-                    config_probes,
-                    run_config_dict(
-                        pair,
-                        [calibration_prompt],
-                        config,
-                        config_probes,
-                        dec.graphs,
-                        args.max_new_tokens,
-                        control,
-                        args.sampling,
-                    ),
-                )
+                calibration_work = Workload([calibration_prompt], [calibration_ids])
                 stem = trace_name(name, config)
-                write_trace(folder / "traces" / f"{stem}.trace.jsonl", lines)
-                write_summary(folder / "traces" / f"{stem}.summary.json", summary)
-                calibrations[name].append(
-                    (config, config_probes, lines, summary, folder / "traces" / f"{stem}.trace.jsonl")
-                )
+                _, config_probes, lines, summary, trace = write_run(calibration_work, config, stem=stem, warmup=1)
+                calibrations[name].append((config, config_probes, lines, summary, trace))
                 progress.update()
             for config in group:
-                config_probes = probes if config.head == "flashhead" else None
-                runs = decode(
-                    dec,
-                    work,
-                    config.schedule,
-                    args.max_new_tokens,
-                    control,
-                    refs,
-                    args.warmup,
-                    progress=progress,
-                    label=config.name,
-                    timeline=config == drawn,
-                )
-                lines, summary = records(
-                    runs,
-                    config,
-                    config_probes,
-                    run_config_dict(
-                        pair,
-                        work.prompts,
-                        config,
-                        config_probes,
-                        dec.graphs,
-                        args.max_new_tokens,
-                        control,
-                        args.sampling,
-                    ),
+                runs, config_probes, lines, summary, _ = write_run(
+                    work, config, stem=config.name, warmup=args.warmup, progress=progress, drawn=config == drawn
                 )
                 if config == drawn:
                     prompt_id, generation = runs[0]
@@ -479,12 +428,52 @@ def _decode_all(
                             generation, summary["config"], prompt_id, dec.target_device.type == "cuda", TIMELINE_CHOICE
                         ),
                     )
-                write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
-                write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
                 recorded.append((config, config_probes, lines, summary))
             del dec, head
             free_memory()
     return recorded, calibrations
+
+
+def _run_and_write(
+    args,
+    pair,
+    dec,
+    control,
+    refs,
+    work,
+    config,
+    *,
+    probes,
+    folder: Path,
+    stem: str,
+    warmup: int,
+    progress=None,
+    drawn=False,
+):
+    """One configuration decoded over `work` after `warmup` generations and written as
+    traces/<stem>.trace.jsonl and .summary.json; (runs, probes, trace lines, summary, trace path).
+    `drawn`: its first recorded generation also records its timeline."""
+    config_probes = probes if config.head == "flashhead" else None
+    runs = decode(
+        dec,
+        work,
+        config.schedule,
+        args.max_new_tokens,
+        control,
+        refs,
+        warmup,
+        progress=progress,
+        label=config.name,
+        timeline=drawn,
+    )
+    run_config = run_config_dict(
+        pair, work.prompts, config, config_probes, dec.graphs, args.max_new_tokens, control, args.sampling
+    )
+    lines, summary = records(runs, config, config_probes, run_config)
+    trace = folder / "traces" / f"{stem}.trace.jsonl"
+    write_trace(trace, lines)
+    write_summary(folder / "traces" / f"{stem}.summary.json", summary)
+    return runs, config_probes, lines, summary, trace
 
 
 def calibration_workload(args, pair, work):
