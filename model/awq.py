@@ -231,7 +231,7 @@ class AWQLinear(nn.Module):
             raise KernelUnavailable(reason)
 
         # The weights repacked (the int4 codes twice in memory, as int4pack's repack also costs), and
-        # split-K tickets for up to 64 rows, both kept for every call.
+        # split-K tickets for up to 4 row blocks (256 rows at 64 per block), both kept for every call.
         planes = awq_triton.pack_planes(
             unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size
         )

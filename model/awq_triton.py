@@ -27,6 +27,9 @@ bytes are in flight. The layout and the kernel are built for both:
   order, casts and resets the ticket (no second launch). No atomics on values: results are bitwise
   reproducible, and output row i depends only on x row i (and the configuration, which for M <= 16
   does not depend on M), never on the other rows.
+- Rows per program (`block_m`): 16 up to 16 rows, then up to 64. Each row block dequantizes every
+  weight tile again, and the dequantization, not the bytes, bounds the kernel: at 16 rows per program
+  a tree verify of 65 rows took 5 passes over the weights.
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
 
 Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
@@ -49,7 +52,8 @@ import torch
 
 from model.triton_support import launching_on, tl, triton
 
-BLOCK_M = 16
+BLOCK_M = 16  # rows per program up to 16 rows
+MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
 STEP_IN = 128  # input rows per loop step: 8 codes per word x 16 rows per dot
 _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSET + 0 (OFFSET 128, 1024)
 _DEFAULT_SMS = 132  # H100 / H200
@@ -127,12 +131,19 @@ def _sm_count(device: torch.device) -> int:
     return _DEFAULT_SMS
 
 
+def block_m(M: int) -> int:
+    """Rows per program: BLOCK_M up to BLOCK_M rows, else the power of two that holds M, at most
+    MAX_BLOCK_M. A row's result depends on it, so it is a function of M alone (a decoder's target
+    runs every decode forward at its one fixed width)."""
+    return min(max(BLOCK_M, triton.next_power_of_2(M)), MAX_BLOCK_M)
+
+
 def default_splits(M: int, planes: Planes, device: torch.device) -> int:
     """The smallest divisor of the step count from 4 up to 8 that gives at least 2 programs per SM
     (the largest divisor <= 8 when none does): on H200 this is what measured best for each of
     Qwen3-32B's shapes (4 for qkv and gate_up, 8 for o_proj and down)."""
     steps = planes.codes.shape[1]
-    tiles = planes.codes.shape[0] * triton.cdiv(M, BLOCK_M)
+    tiles = planes.codes.shape[0] * triton.cdiv(M, block_m(M))
     divisors = [d for d in range(1, min(steps, _SPLITS[1]) + 1) if steps % d == 0]
     want = _PROGRAMS_PER_SM * _sm_count(device)
     return next((d for d in divisors if d >= _SPLITS[0] and tiles * d >= want), divisors[-1])
@@ -149,7 +160,7 @@ def w4a16_matmul(
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
-    zeros, one per (column block, 16 rows), that the call leaves zero: a layer keeps them so a split-K
+    zeros, one per (column block, row block of block_m(M) rows), that the call leaves zero: a layer keeps them so a split-K
     call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
@@ -168,7 +179,8 @@ def w4a16_matmul(
         return y
     if x.stride(1) != 1:
         x = x.contiguous()
-    grid = (tiles, splits, triton.cdiv(M, BLOCK_M))
+    rows_per_program = block_m(M)
+    grid = (tiles, splits, triton.cdiv(M, rows_per_program))
     partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
     if splits == 1:
         tickets = y  # unused
@@ -189,7 +201,7 @@ def w4a16_matmul(
             steps // splits,
             planes.groups.shape[1],
             GROUP=planes.group_size,
-            BLOCK_M=BLOCK_M,
+            BLOCK_M=rows_per_program,
             BLOCK_N=planes.block_n,
             SPLITS=splits,
             EVEN_IN=IN % STEP_IN == 0,

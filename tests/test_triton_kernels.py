@@ -184,7 +184,7 @@ def test_awq_triton_matmul_matches_the_dequantized_reference(shape):
     layer = _awq_layer(*shape)
     weight = layer.dequantize()
     g = torch.Generator().manual_seed(1)
-    for m in (1, 5, 16, 17):
+    for m in (1, 5, 16, 17, 65):  # 65: two row blocks of 64 (awq_triton.block_m)
         x = torch.randn(m, shape[0], generator=g).to(DEVICE)
         want = F.linear(x, weight)
         for config in ({}, {"splits": 1, "block_n": 32}):
@@ -218,7 +218,7 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
     layer = _awq_layer(512, 64, 64)
     planes = _planes(layer)
     g = torch.Generator().manual_seed(3)
-    for m in (16, 17):
+    for m in (16, 17, 65):
         x = torch.randn(m, 512, generator=g).to(DEVICE)
         other = torch.randn(m, 512, generator=g).to(DEVICE)
         other[3] = x[3]
