@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from contracts.trees import parse_tree
-from model import sampling, tree_rounds
+from model import sampling, sampling_noise, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -113,3 +113,14 @@ def test_acceptance_control_sets_the_accepted_paths_under_sampling(pair):
         assert set(accepted["a=1", schedule][:-1]) == {3} and set(accepted["a=0", schedule]) == {0}
         assert accepted["a=0.5", schedule] == accepted["a=0.5", "deferred"]
     assert len(set(accepted["a=0.5", "deferred"])) > 1
+
+
+@pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")
+def test_the_noise_kernels_give_the_torch_path_tokens(pair):
+    """The accept numbers and the race noise through model/sampling_noise.py's kernels (interpreted here,
+    as the decoder runs them on a GPU) give the torch path's tokens for every tree schedule."""
+    dec = _decoder(*pair, "2x2x1", settings=SamplingSettings(temperature=0.7, seed=5))
+    want = {schedule: dec.generate([7, 9], 8, schedule, sample=1).tokens for schedule in TREE_SCHEDULES}
+    dec.noise_on_target = sampling_noise.SamplingNoise("cpu", dec.vocab_size, backend="triton")
+    for schedule in TREE_SCHEDULES:
+        assert dec.generate([7, 9], 8, schedule, sample=1).tokens == want[schedule], schedule
