@@ -18,9 +18,10 @@ from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.loading import load_model
 from model.sampling import SamplingSettings
 from tests.sampling_stats import ALPHA, g_test
-from tests.test_sampling_decoder import PROMPT, SAMPLES, SETTINGS, TOKENS, _counts, _exact
+from tests.test_sampling_decoder import PROMPT, SETTINGS, TOKENS, _counts, _exact
 
 TREE_SCHEDULES = ("ordinary", "pipelined", "deferred")
+PER_SCHEDULE = 100  # each schedule's own samples, 300 pooled (the other tests: level 2's 150)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_sampled_trees_sample_the_target(pair, exact, tree):
     dec = _decoder(*pair, tree)
     pooled = 0
     for index, schedule in enumerate(TREE_SCHEDULES):
-        counts, probs = _counts(dec, schedule, exact, first=index * SAMPLES)
+        counts, probs = _counts(dec, schedule, exact, first=index * PER_SCHEDULE, samples=PER_SCHEDULE)
         assert g_test(counts, probs) > ALPHA, f"{tree} under {schedule}"
         pooled = pooled + counts
     assert g_test(pooled, probs) > ALPHA
@@ -93,7 +94,7 @@ def _bonus_from_p(self, preds, nodes, a, last, p):
 def test_wrong_rule_is_rejected(pair, exact, monkeypatch):
     """Negative control: the same test through the same decoder rejects the final token drawn from p."""
     monkeypatch.setattr(tree_rounds.TreeRounds, "_bonus", _bonus_from_p)
-    counts, probs = _counts(_decoder(*pair, "2x2x1"), "deferred", exact, samples=2 * SAMPLES)
+    counts, probs = _counts(_decoder(*pair, "2x2x1"), "deferred", exact, samples=200)
     assert g_test(counts, probs) < ALPHA
 
 
