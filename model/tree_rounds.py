@@ -2,7 +2,8 @@
 
 A tree round drafts a static tree (contracts.trees: top-k per depth, or a list of paths) with one
 draft forward per depth over the whole frontier, verifies every node in one target forward with tree
-attention, accepts the longest root-to-node path that the target's greedy choices agree with, and
+attention, accepts the longest root-to-node path that the target's greedy choices agree with (when
+sampling, the path that multi-branch rejection accepts: docs/design.md, "Token trees"), and
 compacts the accepted path's key-value entries into place in both caches.
 
 Cache layout of a round whose root token f sits at position (and slot) p: node i (breadth-first)
