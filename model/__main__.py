@@ -196,7 +196,7 @@ def run(args) -> int:
     arms_choice = _arms(args, schedules)
     args.tree_shape = parse_tree(args.tree)
     alone = not arms_choice and not (args.placement or "").startswith("tp")
-    check_tree(args.tree_shape, schedules, settings.greedy, args.head_spec.kind, alone)
+    check_tree(args.tree_shape, schedules, args.head_spec.kind, alone)
     if args.tree_shape.kind != "chain" and alone:
         on_gpu = resolve_placement(args.placement)[0] != "cpu"
         check_tree_precision(args.tree_shape, "cuda" if on_gpu else "cpu", args.dtype or "bfloat16", args.kernels)

@@ -59,6 +59,7 @@ class AcceptanceControl:
         self.hit_rank = torch.zeros(capacity, dtype=torch.long, device=device)  # MAX_BRANCHING: no rank hits
         self.ranks = torch.arange(MAX_BRANCHING, device=device)
         self.accept_on_verify = self.accept if verify_device is None else self.accept.to(verify_device)
+        self.hit_rank_on_verify = self.hit_rank if verify_device is None else self.hit_rank.to(verify_device)
 
     def describe(self) -> dict:
         """The summary's `acceptance_control` object."""
@@ -85,6 +86,7 @@ class AcceptanceControl:
         self.hit_rank.copy_(self._hit_ranks(bits, prompt_len, key))
         if self.accept_on_verify is not self.accept:
             self.accept_on_verify.copy_(bits)
+            self.hit_rank_on_verify.copy_(self.hit_rank)
 
     def _hit_ranks(self, bits: torch.Tensor, prompt_len: int, key: str) -> torch.Tensor:
         """Per position, the first sibling rank whose bit is set (rank 0: the chain's bits)."""
@@ -121,6 +123,11 @@ class AcceptanceControl:
     def accept_numbers(self, positions: torch.Tensor) -> torch.Tensor:
         """Sampling: the accept numbers [n] of the draft tokens at `positions` (on the verify device)."""
         return torch.where(self.accept_on_verify[positions], 0.0, float("inf"))
+
+    def tree_accept_numbers(self, positions: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+        """Sampled tree rounds: the accept numbers [n] of nodes at `positions` with sibling `ranks`: 0 for
+        the node at its position's hit rank (the child holding the target's token), +inf for the others."""
+        return torch.where(self.hit_rank_on_verify[positions] == ranks, 0.0, float("inf"))
 
 
 def parse_spec(spec: str) -> tuple[str, float | None, list[int] | None]:

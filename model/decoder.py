@@ -370,7 +370,7 @@ class Decoder:
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
     ):
-        check_tree(tree, (), sampling.greedy, head_kind(draft_head), drafting is None and tensor_parallel is None)
+        check_tree(tree, (), head_kind(draft_head), drafting is None and tensor_parallel is None)
         if tree.kind != "chain":
             K = tree.depth  # a tree round is a chain round of K = depth steps, verifying every node
         if K < 1:

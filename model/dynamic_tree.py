@@ -56,6 +56,9 @@ class DynamicTreeRounds(TreeRounds):
         self.depths = torch.zeros(N, dtype=torch.long, device=device)
         self.path_table = torch.zeros(N, D, dtype=torch.long, device=device)
         self.draft_slot = torch.zeros(N, dtype=torch.long, device=device)
+        self.node_ids = torch.arange(N, device=device)
+        self.sibling_rank = torch.zeros(N, dtype=torch.long, device=device)
+        self.widest = M
         rows = dec.rows or N + 1
         self.verify_rope = torch.arange(rows + 1, device=device)
         self.verify_bits = torch.zeros(rows + 1, dtype=torch.long, device=device)
@@ -133,6 +136,7 @@ class DynamicTreeRounds(TreeRounds):
         self.depths.copy_(depths)
         self.path_table.copy_(table)
         self.draft_slot.copy_(fed_slot[chosen])
+        self.sibling_rank.copy_(chosen % self.top_m)  # candidates come in sibling groups of M, by rank
         self.verify_rope[1 : N + 1] = depths
         self.verify_bits[1 : N + 1] = words
         return token[chosen]

@@ -2,7 +2,8 @@
 
 A tree round drafts a static tree (contracts.trees: top-k per depth, or a list of paths) with one
 draft forward per depth over the whole frontier, verifies every node in one target forward with tree
-attention, accepts the longest root-to-node path that the target's greedy choices agree with, and
+attention, accepts the longest root-to-node path that the target's greedy choices agree with (when
+sampling, the path that multi-branch rejection accepts: docs/design.md, "Token trees"), and
 compacts the accepted path's key-value entries into place in both caches.
 
 Cache layout of a round whose root token f sits at position (and slot) p: node i (breadth-first)
@@ -27,15 +28,15 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.trees import ROOT, TreeShape, ancestors, node_depths
+from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, ancestors, node_depths
+from model import sampling
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
 
-TREE_SCHEDULES = ("ordinary", "deferred")  # the schedules that run tree rounds (docs/design.md)
 TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's children
 
 
-def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: str = "dense", alone: bool = True):
+def check_tree(tree: TreeShape, schedules=(), head_kind: str = "dense", alone: bool = True):
     """One line for every combination a tree cannot run with, before any work starts. `head_kind`: the
     draft head's kind (contracts.heads); `alone`: the draft model drafts alone (no policy, no tpN)."""
     if tree.kind == "chain":
@@ -46,10 +47,9 @@ def check_tree(tree: TreeShape, schedules=(), greedy: bool = True, head_kind: st
     bad = [s for s in schedules if s not in TREE_SCHEDULES + ("baseline",)]
     if bad:
         raise UsageError(
-            f"{label} runs with the schedules {', '.join(TREE_SCHEDULES)} (and baseline), not {', '.join(bad)}"
+            f"{label} runs with the schedules {', '.join(TREE_SCHEDULES)} (and baseline), not {', '.join(bad)}: "
+            "a look-ahead would draft the next tree over cache slots the current tree's compaction reads"
         )
-    if not greedy:
-        raise UsageError(f"{label}: trees decode greedily (--temperature 0); sampled trees are not implemented")
     if not alone:
         raise UsageError(f"{label}: trees run with the draft model on one or two devices (no policy, drafter or tpN)")
     if head_kind not in TREE_HEADS:
@@ -134,6 +134,9 @@ class TreeRounds:
         self.path_table = torch.tensor([row + [row[-1]] * (self.depth - len(row)) for row in table], device=target)
         self.steps = torch.arange(self.depth, device=target)
         self.draft_slot = torch.arange(self.nodes, device=target)  # node -> its slot offset in the draft's cache
+        self.node_ids = torch.arange(self.nodes, device=target)
+        self.sibling_rank = torch.tensor(tree.ranks, device=target)  # sampling: which accept number a node reads
+        self.widest = max(tree.ranks) + 1
         self.capturing = False
         self.bits_on_draft = torch.tensor(bits, device=draft)
         self.depths_on_draft = torch.tensor(depths, device=draft)
@@ -172,7 +175,7 @@ class TreeRounds:
 
     def _verify_fn(self, tokens, start, rope, bits):
         """The target over tokens [1, n] at slots start.. (padded to the decoder's fixed width) with
-        tree attention -> its argmax after each real row [n]."""
+        tree attention -> its argmax after each real row [n] (its distributions [n, V] when sampling)."""
         dec, n = self.dec, tokens.shape[1]
         if dec.rows:
             tokens = F.pad(tokens, (0, dec.rows - n))
@@ -180,7 +183,7 @@ class TreeRounds:
         slots = start + dec.positions[:width]
         base = (start + 1 if n == self.nodes + 1 else start).view(1)  # the first node's slot
         hidden = dec.target.forward_hidden(tokens, slots, (base - 1 + rope[:width], bits[:width], base))
-        return dec.target_head.argmax(hidden[0, :n])
+        return dec._pick(hidden[0, :n])
 
     def capture(self) -> None:
         """Every graph a round uses, with dummy inputs (their cache writes are rewritten before read)."""
@@ -230,8 +233,50 @@ class TreeRounds:
         return tokens
 
     def first_accepted(self, run, nodes: torch.Tensor) -> torch.Tensor:
-        """The ordinary schedule's skip test: whether any depth-1 node equals the pending t*."""
-        return ((nodes == run.pending) & self.from_root).any().view(1)
+        """The ordinary schedules' skip test: whether any depth-1 node equals the pending t* (sampling:
+        whether the root accepts a child against the append's distribution p_1, with exactly the
+        numbers and arithmetic that `settle` repeats, so a skipped verify is a round that accepts nothing)."""
+        if self.dec.sampling.greedy:
+            return ((nodes == run.pending) & self.from_root).any().view(1)
+        parent_probs = run.pending.expand(self.nodes, -1)
+        return (self._accepted_children(parent_probs, nodes, run.cursor[2:3]) & self.from_root).any().view(1)
+
+    def _parent_rows(self) -> torch.Tensor:
+        """Per node, its parent's row of [f, nodes]: 0 for the root's children."""
+        return torch.where(self.from_root, 0, self.parents + 1)
+
+    def _accepted_children(self, parent_probs: torch.Tensor, nodes: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """Multi-branch rejection at every node at once (docs/design.md, "Token trees"): with p = its
+        parent's distribution (parent_probs [N, V]), a parent tries its children by rank, accepting child
+        c with probability p(c) over the mass its rejected elder siblings left, u * (1 - their mass) < p(c).
+        Returns, per node, whether it is the child its parent accepts (the first that passes)."""
+        mass = parent_probs.gather(1, nodes[:, None])[:, 0]
+        row = self._parent_rows()
+        elder = (row[None, :] == row[:, None]) & (self.node_ids[None, :] < self.node_ids[:, None])
+        left = (1 - (elder * mass[None, :]).sum(1)).clamp(min=0)
+        passes = (self._accept_numbers(p) * left < mass) & (mass > 0)
+        return passes & ~(elder & passes[None, :]).any(1)
+
+    def _accept_numbers(self, p: torch.Tensor) -> torch.Tensor:
+        """Each node's accept number [N]: keyed at its position p + depth with its sibling rank as the
+        token id, so siblings read independent numbers and a position's numbers decide only that position;
+        acceptance control replaces them (after computing them: the cost stays) by 0 at its hit rank, +inf elsewhere."""
+        dec = self.dec
+        table = dec.noise_on_target.uniforms(dec.seed_on_target, p + 1 + self.steps, sampling.ACCEPT, self.widest)
+        numbers = table[self.depths - 1, self.sibling_rank]
+        return numbers if dec.control is None else dec.control.tree_accept_numbers(p + self.depths, self.sibling_rank)
+
+    def _bonus(self, preds: torch.Tensor, nodes: torch.Tensor, a: torch.Tensor, last: torch.Tensor, p) -> torch.Tensor:
+        """The sampled final token: drawn (the round's race noise) from the last good node's distribution
+        with its children's tokens removed, all of them rejected (a leaf removes none); from the
+        distribution itself where nothing is left, which only rounding makes happen."""
+        row = torch.where(a > 0, last + 1, 0)
+        probs = preds.index_select(0, row)[0]
+        children = (self._parent_rows() == row).float()
+        removed = torch.zeros_like(probs).index_add_(0, nodes, children) > 0
+        residual = probs.masked_fill(removed, 0.0)
+        residual = torch.where(residual.sum() > 0, residual, probs)
+        return sampling.race(residual, self.dec._race_noise(p)).view(1)
 
     def verify(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """The tree verify: [f, nodes] at p (deferred) or the nodes at p + 1 (ordinary)."""
@@ -245,17 +290,26 @@ class TreeRounds:
         then after each node. A node is good when its token is the target's choice after its parent
         and its parent is good; a = the deepest good node's depth (good nodes form one path: siblings
         differ). Emits the path and the bonus f' = the target's token after its last node, moves the
-        cursor to p + a + 1 and compacts the path in the target's cache (the draft's: `to_draft`)."""
+        cursor to p + a + 1 and compacts the path in the target's cache (the draft's: `to_draft`).
+        Sampling: preds [N + 1, V] are the target's distributions; a node is good when its parent is
+        good and accepts it (`_accepted_children`), and f' is drawn by `_bonus`."""
         dec = self.dec
         nodes, root_pred, node_preds = seq[1:], preds[:1], preds[1:]
-        match = nodes == torch.where(self.from_root, root_pred, node_preds[self.parents])
+        p = run.cursor[2:3]
+        if dec.sampling.greedy:
+            match = nodes == torch.where(self.from_root, root_pred, node_preds[self.parents])
+        else:
+            match = self._accepted_children(preds.index_select(0, self._parent_rows()), nodes, p)
         good = match
         for _ in range(self.depth - 1):
             good = match & (self.from_root | good[self.parents])
         reach = torch.where(good, self.depths, 0)
         a = reach.max().view(1)
         last = reach.argmax().view(1)
-        f = torch.where(a > 0, node_preds[last], root_pred)
+        if dec.sampling.greedy:
+            f = torch.where(a > 0, node_preds[last], root_pred)
+        else:
+            f = self._bonus(preds, nodes, a, last, p)
         path = self.path_table[last][0]  # the last good node's ancestors, itself last (padded)
         block = torch.cat([nodes[path], f]).scatter_(0, a, f)
         run.out.index_copy_(0, run.n + dec.positions[: self.depth + 1], block)
@@ -264,7 +318,6 @@ class TreeRounds:
         run.n += a + 1
         index = len(run.rounds) - 1
         run.accepted[index : index + 1] = a
-        p = run.cursor[2:3]
         moving = self.steps < a
         fed = self.draft_slot[path]
         run.moves = (

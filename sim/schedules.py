@@ -29,7 +29,7 @@ from contracts.trees import TreeShape
 
 from .acceptance import Generation, leading_accepts
 from .costs import Costs
-from .trees import draft_points, verify_tokens
+from .trees import cursor_tokens, draft_points, verify_tokens
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,7 @@ def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
         if index == 0:  # the initial append(1) of the first token gives t*
             yield from m.target_forward("append", 1, context - 1)
         yield from m.propose(context)  # draft_step x K
-        yield from m.copy_tokens("draft", K)
+        yield from m.copy_tokens("draft", verify_tokens(m.config.tree, K))
         yield from m.read()  # skip test d1 == t*; it also reads n, as the previous round left it
         least = most = n
         accepted = leading_accepts(block(pos, K), K)
@@ -406,11 +406,11 @@ def _ordinary_rounds(m: SimulatedRun, g: Generation, block, pipelined: bool):
         if not skipped:
             yield from m.target_forward("verify", verify_tokens(m.config.tree, K), context)
         if pipelined:  # f goes to the draft first, so its next steps need not wait for the append
-            yield from m.copy_tokens("target", 3)
+            yield from m.copy_tokens("target", cursor_tokens(m.config.tree))
             yield from m.target_forward("append", 1, context + accepted)
         else:  # finalize: append(1), then f to the draft
             yield from m.target_forward("append", 1, context + accepted)
-            yield from m.copy_tokens("target", 3)
+            yield from m.copy_tokens("target", cursor_tokens(m.config.tree))
         n += accepted + 1
         least, most = least + 1, most + (1 if skipped else K + 1)  # Run.issued
         if least < max_new <= most:  # Decoder.resolve: the host cannot tell whether it is over
@@ -444,7 +444,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         if not ready:
             yield from m.propose(context, arm)  # draft_step x K (prompt lookup: one lookup)
             if on_draft:
-                yield from m.copy_tokens("draft", K)
+                yield from m.copy_tokens("draft", verify_tokens(m.config.tree, K))
         yield from m.target_forward("verify", verify_tokens(m.config.tree, K) + 1, context - 1)  # over [f, d1..dK]
         matches = block(pos, K, arm.drafter)
         accepted = leading_accepts(matches, K)
@@ -462,7 +462,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         if not used:  # the next round's arm; f goes to the draft model when it drafts next
             arm = m.policy.choose() if remaining > emitted else arm
             if arm.drafter == "draft-model":
-                yield from m.copy_tokens("target", 3)
+                yield from m.copy_tokens("target", cursor_tokens(m.config.tree))
         ready = bool(used)
         m.record(g, index, K, accepted, emitted, False, context, used if lookahead else None, arm=played)
         index += 1

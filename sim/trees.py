@@ -14,9 +14,8 @@ from dataclasses import replace
 
 from contracts import HEADS, UsageError
 from contracts.names import SPECULATIVE_SCHEDULES
-from contracts.trees import ROOT, TreeShape, chain_shape, parse_tree
+from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
 
-TREE_SCHEDULES = ("ordinary", "deferred")  # the pipelined forms' look-ahead drafts a chain
 MEASURE_HINT = "python -m measure.tree_rates measures them"
 
 
@@ -180,5 +179,11 @@ def draft_points(tree: TreeShape | None, steps: int, context: int, first_tokens:
 
 
 def verify_tokens(tree: TreeShape | None, K: int) -> int:
-    """The draft tokens a verify covers: every node of the tree, or the chain's K."""
+    """The draft tokens a verify covers (and the proposal copy carries): every node of the tree, or the chain's K."""
     return tree.node_count if tree is not None else K
+
+
+def cursor_tokens(tree: TreeShape | None) -> int:
+    """The tokens of the copy to the draft after a round: the cursor (prev, f, p), and with a tree the
+    accepted path's cache moves (target sources, destinations, draft sources: 3 x depth)."""
+    return 3 if tree is None or tree.label == "chain" else 3 + 3 * tree.depth

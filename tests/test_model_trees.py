@@ -1,7 +1,7 @@
-"""Token trees in the decoder (CPU, tiny presets): every static tree emits exactly target-only greedy
-under ordinary and deferred with dense, FlashHead and shortlist heads; a 1-wide tree is the chain;
-compaction leaves in both caches exactly what the accepted tokens alone would have left; tree rounds
-log the agreed events; the fused kernel's tree rule equals the dense-mask reference."""
+"""Token trees in the decoder (CPU, tiny presets): every static and dynamic tree emits exactly
+target-only greedy under ordinary, pipelined and deferred with dense, FlashHead and shortlist heads;
+a 1-wide tree is the chain; compaction leaves in both caches exactly what the accepted tokens alone
+would have left; tree rounds log the agreed events; the fused kernel's tree rule equals the dense-mask reference."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from contracts import UsageError
 from contracts.trace import check_trace_line
-from contracts.trees import node_depths, parse_tree
+from contracts.trees import TREE_SCHEDULES, node_depths, parse_tree
 from model import fused_ops, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
@@ -66,7 +66,7 @@ def test_tree_output_equals_target_greedy(models, references, tree, head, spec):
     for name in ("longer",) if spec else ("short",):
         ids = PROMPTS[name]
         dec = _decoder(models, tree, head, spec, name, references)
-        for schedule in ("ordinary", "deferred"):
+        for schedule in TREE_SCHEDULES:
             g = dec.generate(ids, MAX_NEW, schedule)
             assert g.tokens == references[name][:MAX_NEW], (tree, schedule, name)
             assert all(r.accepted <= dec.K == parse_tree(tree).depth for r in g.rounds)
@@ -74,7 +74,7 @@ def test_tree_output_equals_target_greedy(models, references, tree, head, spec):
 
 def test_shortlist_tree_equals_target_greedy(models, references):
     dec = _decoder(models, "2x2x1", "shortlist", "a=0.6", "longer", references)
-    for schedule in ("ordinary", "deferred"):
+    for schedule in TREE_SCHEDULES:
         assert dec.generate(PROMPTS["longer"], MAX_NEW, schedule).tokens == references["longer"][:MAX_NEW]
 
 
@@ -106,7 +106,7 @@ def test_a_dynamic_tree_verifies_its_best_nodes_parents_first(models, references
     assert rounds["chain"] == rounds["dynamic:1,3,3"]
 
 
-@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+@pytest.mark.parametrize("schedule", TREE_SCHEDULES)
 def test_a_one_wide_tree_is_the_chain_token_for_token_and_round_for_round(models, references, schedule):
     def run(tree, events):
         dec = _decoder(models, tree, "flashhead", "a=0.5", "longer", references, events=events)
@@ -153,7 +153,7 @@ def _close(got, want) -> bool:
     return all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(got, want))
 
 
-@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+@pytest.mark.parametrize("schedule", TREE_SCHEDULES)
 def test_compaction_leaves_exactly_the_accepted_path_in_both_caches(models, references, schedule, monkeypatch):
     """After tree rounds, the slots below the cursor hold what a model that saw only the emitted tokens
     holds; without the compaction they do not (the control)."""
@@ -216,8 +216,8 @@ def test_tree_trace_fields_are_checked():
 
 
 def test_trees_refuse_what_they_cannot_run(models):
-    with pytest.raises(UsageError, match="runs with the schedules ordinary, deferred"):
-        _decoder(models, "2x2x1").generate(PROMPTS["short"], 4, "pipelined")
+    with pytest.raises(UsageError, match="runs with the schedules ordinary, pipelined, deferred"):
+        _decoder(models, "2x2x1").generate(PROMPTS["short"], 4, "pipelined-deferred")
     with pytest.raises(UsageError, match="at most 64"):
         _decoder(models, "dynamic:16,64,6")
 

@@ -1,18 +1,20 @@
 """Token trees on CUDA (skipped without a GPU): graphs on and off, fused kernels, dense and FlashHead
-drafts: every static tree emits exactly target greedy under ordinary and deferred, in float32 and in
-bfloat16 (where only the path-ordered attention makes that hold); every tree graph is captured up
-front; the decoder's fixed width covers the largest node budget."""
+drafts: every tree emits exactly target greedy under ordinary, pipelined and deferred, in float32 and
+in bfloat16 (where only the path-ordered attention makes that hold); sampled trees emit the same tokens
+in every tree schedule, with graphs and without, and follow acceptance control; every tree graph is
+captured up front; the decoder's fixed width covers the largest node budget."""
 
 import pytest
 import torch
 
-from contracts.trees import parse_tree
+from contracts.trees import TREE_SCHEDULES, parse_tree
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.pair import resolve_placement
+from model.sampling import SamplingSettings
 from tests.test_model_trees import tree_rows_equal_chain_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
@@ -22,7 +24,7 @@ PROMPT = list(b"Speculative decoding on the GPU.")
 MAX_NEW, ROOM = 40, 256
 
 
-def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="float32"):
+def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="float32", **kw):
     """Tiny models; in bfloat16 their random logits are often near-tied, so a tree row that differed from
     a chain row in the last bit would show."""
     _, target_device, draft_device = resolve_placement(placement)
@@ -32,7 +34,7 @@ def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="fl
     draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
     control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
     shape = parse_tree(tree)
-    dec = Decoder(target, draft, draft_head, graphs=graphs, control=control, tree=shape)
+    dec = Decoder(target, draft, draft_head, graphs=graphs, control=control, tree=shape, **kw)
     reference = dec.reference(PROMPT, MAX_NEW + 2 * shape.depth + 2)
     if control is not None:
         control.bind(reference, len(PROMPT), "p")
@@ -49,7 +51,7 @@ def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="fl
 def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
     dec, want = _decoder(placement, tree, head, graphs, spec)
     depth = parse_tree(tree).depth
-    for schedule in ("baseline", "ordinary", "deferred"):
+    for schedule in ("baseline", *TREE_SCHEDULES):
         g = dec.generate(PROMPT, MAX_NEW, schedule)
         assert g.tokens == want, schedule
         assert sum(r.emitted for r in g.rounds) == MAX_NEW - 1
@@ -61,7 +63,7 @@ def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
 @pytest.mark.parametrize("tree", ["2x2x1", "4x2x1x1", "8x1x1x1", "4x3x4", "dynamic:4,16,4"])
 def test_every_tree_equals_target_greedy_in_bfloat16(head, tree):
     dec, want = _decoder("one-gpu", tree, head, True, "a=0.5", "bfloat16")
-    for schedule in ("ordinary", "deferred"):
+    for schedule in TREE_SCHEDULES:
         assert dec.generate(PROMPT, MAX_NEW, schedule).tokens == want, schedule
 
 
@@ -85,3 +87,29 @@ def test_tree_graphs_are_captured_up_front():
     assert counts == (2, 2, 3)  # verify of N and N + 1 rows; draft frontiers of 2 and 4 nodes; one per depth
     dec.generate(PROMPT, MAX_NEW, "deferred")
     assert (trees._verify.captured, trees._tree_body.captured) == (2, 2)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("tree", ["2x2x1", "4x2x2x1", "dynamic:2,7,3"])
+def test_sampled_trees_agree_across_schedules_and_graphs(placement, tree):
+    """Sampling (multi-branch rejection; its distribution is tested on the CPU, tests/test_sampling_trees.py):
+    keyed numbers make every tree schedule emit the same tokens per sample, graphs or not; the control at
+    a=1 accepts every whole path and at a=0 nothing."""
+    if tree.startswith("dynamic") and placement == "two-gpu":
+        pytest.skip("dynamic trees run on one device")
+    settings = SamplingSettings(temperature=0.8, seed=3)
+    outputs = set()
+    for graphs in (True, False):
+        dec, _ = _decoder(placement, tree, graphs=graphs, spec=None, sampling=settings)
+        for sample in range(3):
+            tokens = {tuple(dec.generate(PROMPT, MAX_NEW, s, sample).tokens) for s in TREE_SCHEDULES}
+            assert len(tokens) == 1, (graphs, sample)
+            outputs.add((sample, tokens.pop()))
+    assert len(outputs) == 3  # graphs on and off agree sample by sample
+    depth = parse_tree(tree).depth
+    controls = [("a=0", {0})] + ([] if tree.startswith("dynamic") else [("a=1", {depth})])  # dynamic: its own nodes
+    for spec, accepted in controls:
+        dec, _ = _decoder(placement, tree, spec=spec, sampling=settings)
+        for schedule in TREE_SCHEDULES:
+            rounds = dec.generate(PROMPT, MAX_NEW, schedule).rounds
+            assert {r.accepted for r in (rounds[:-1] if spec == "a=1" else rounds)} == accepted, (spec, schedule)

@@ -31,6 +31,7 @@ import torch
 from contracts import SCHEDULES
 from contracts.names import EVENTS
 from contracts.trace import check_trace_line
+from contracts.trees import TREE_SCHEDULES, parse_tree
 from model import schedules as model_schedules
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
@@ -146,8 +147,9 @@ def _record(dec, control, references, schedule, head, K) -> Recorded:
     return Recorded(lines, events, with_copies)
 
 
-def _simulated(lines, schedule, head, K, placement) -> list[tuple]:
-    """The simulator's event log of the rounds the decoder recorded (its trace, replayed)."""
+def _simulated(lines, schedule, head, K, placement, tree=None) -> list[tuple]:
+    """The simulator's event log of the rounds the decoder recorded (its trace, replayed); `tree`: the
+    contracts.trees shape the rounds drafted (None: chains)."""
     by_prompt = {}
     for line in lines:
         by_prompt.setdefault(line["prompt_id"], []).append(line)
@@ -155,7 +157,7 @@ def _simulated(lines, schedule, head, K, placement) -> list[tuple]:
     costs = Profile(tiny_profile(placement), "parity").costs["eager"]
     result = simulate(
         costs,
-        Config(schedule, head, K, PROBES, placement),
+        Config(schedule, head, K, PROBES, placement, tree=tree),
         source,
         source.generations,
         seed=0,
@@ -195,6 +197,22 @@ def test_decoder_and_simulator_log_the_same_events(recorded, schedule, head, K):
     assert run.events_with_copies == two_gpu  # 3
     if schedule != "baseline":
         assert COPY in {e[0] for e in two_gpu}
+
+
+@pytest.mark.parametrize("tree", ["2x2x1", "dynamic:2,5,3"])
+@pytest.mark.parametrize("schedule", TREE_SCHEDULES)
+def test_tree_rounds_log_the_simulators_events(models, references, schedule, tree):
+    """Tree rounds (exact against target greedy, `_record` checks it): per depth one draft step over its
+    frontier, the nodes' copy, the verify of every node, and the cursor's copy with the path's cache moves."""
+    target, draft = models
+    shape = parse_tree(tree)
+    control = AcceptanceControl(SPEC, 512, ROOM, torch.device("cpu"))
+    dec = Decoder(target, draft, DenseHead(draft.head_weight), graphs=False, control=control, phases=False, tree=shape)
+    run = _record(dec, control, references, schedule, "dense", shape.depth)
+    assert run.events == _simulated(run.lines, schedule, "dense", shape.depth, "one-gpu", shape)
+    two_gpu = _simulated(run.lines, schedule, "dense", shape.depth, "two-gpu", shape)
+    assert run.events_with_copies == two_gpu
+    assert (COPY, "target", 3 + 3 * shape.depth) in two_gpu and (COPY, "draft", shape.node_count) in two_gpu
 
 
 def test_the_comparison_can_fail(recorded):

@@ -202,7 +202,7 @@ def test_tok_s_and_mean_accepted_length_are_printed(profile_path, capsys):
     "argv, message",
     [
         (["--tree", "2x0"], "--tree: tree '2x0': every number must be a positive integer"),
-        (["--tree", "2x2", "--schedule", "pipelined"], "runs on schedules ordinary, deferred only"),
+        (["--tree", "2x2", "--schedule", "pipelined-deferred"], "runs on schedules ordinary, pipelined, deferred only"),
         (["--tree", "2x2", "--head", "flashhead"], "runs on heads dense only"),
         (["--tree", "1x1x1x1x1x1x1"], "the profile's tree rates cover depths 1..6"),
         (["--tree", "9"], "top-1..8"),
