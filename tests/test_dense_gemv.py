@@ -38,6 +38,17 @@ def test_gemv_matches_f_linear_at_every_row_count_and_split(in_features, out_fea
             assert (got - want).abs().max() <= TOL * want.abs().max()
 
 
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the interpreter's bfloat16 dot is wrong")
+@pytest.mark.parametrize("silu", [False, True])
+def test_bfloat16_gemv_is_f_linear_to_bfloat16_rounding_with_the_default_launch(silu):
+    for rows in (1, 4, 16):
+        x, weight = _operands(rows, 1024, 4096 if not silu else 1024, seed=rows, silu=silu)
+        x, weight = x.bfloat16(), weight.bfloat16()
+        want = F.linear((fused_ops.silu_mul(x) if silu else x).float(), weight.float())
+        got = dense_gemv.gemv(x, weight, silu=silu)
+        assert got.dtype == torch.bfloat16 and (got.float() - want).abs().max() <= 1e-2 * want.abs().max()
+
+
 def test_swiglu_fused_into_the_load_is_bit_for_bit_silu_mul_then_gemv():
     x, weight = _operands(3, 256, 64, silu=True)
     launch = {**SMALL, "splits": 2}
