@@ -1,4 +1,4 @@
-"""python -m measure.routes: each speed route of the decoder on and off, in one GPU call (about 2 minutes).
+"""python -m measure.routes: each speed route of the decoder on and off, in one GPU call (about 2 minutes a route).
 
 Why: a kernel change is worth keeping when it is measured against the route it replaces on the same GPU
 in the same run. Each route here is a setting of the decoder, so "before" and "after" are the same code:

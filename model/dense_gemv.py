@@ -141,8 +141,8 @@ def attach(model, rows: int | None = MAX_ROWS) -> None:
 
 
 if triton is not None:
-
-    @triton.jit
+    # one compiled kernel per launch whatever the row count and steps (triton would specialize a value of 1)
+    @triton.jit(do_not_specialize=["M", "steps_per_split"])
     def _gemv_kernel(
         x_ptr,
         w_ptr,
