@@ -357,7 +357,6 @@ def draft_gemv_step_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
                 "layers": model.config.n_layers,
             }
         )
-    dense_gemv.attach(model, dense_gemv.DRAFT_ROWS)
     return rows
 
 
