@@ -1,4 +1,4 @@
-"""python -m measure.routes: each speed route of the decoder on and off, in one GPU call (about 2 minutes).
+"""python -m measure.routes: each speed route of the decoder on and off, in one GPU call (about 2 minutes a route).
 
 Why: a kernel change is worth keeping when it is measured against the route it replaces on the same GPU
 in the same run. Each route here is a setting of the decoder, so "before" and "after" are the same code:
@@ -22,6 +22,14 @@ default all, in this order):
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run),
   and the kernels one step launches (torch's profiler over one eager step).
+- `draft-gemv`: each dense linear of the Qwen3-0.6B and Llama-3.2-1B drafts (merged q/k/v, o, merged
+  gate/up, down with SwiGLU) at 1, 4 and 16 rows, through cuBLAS (F.linear; silu_mul then F.linear for
+  down) and through model/dense_gemv.py at each launch of GEMV_LAUNCHES and each split that divides the
+  steps, in GB/s of weights and as a share of the copy bandwidth. Each timing is one graph replay over
+  enough copies of the weight to overflow L2 (as the layers of a step do), divided by the copies. The
+  launch fastest over the three row counts becomes dense_gemv.LAUNCHES[shape] for the rest of the run (and
+  is printed, to be kept there); then the Qwen3-0.6B draft step (dense head, graphed, context 300) with
+  the route off and on, against its floor, with the kernels one eager step launches.
 Needs a CUDA GPU with room for the AWQ Qwen3-32B with its repacked planes (about 40 GB) and triton.
 Writes --out (JSON): `env`, `routes` and `rows`, each with route, setting, shape or context, the timing, and
 `tflops` or `floor_ms` where they apply.
@@ -33,9 +41,10 @@ import argparse
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from contracts.cli import OneLineParser
-from model import awq_prefill, fused_ops
+from model import awq_prefill, dense_gemv, fused_ops
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.graphs import GraphedCall
@@ -68,7 +77,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention")
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -77,6 +86,23 @@ DEQUANT_LAUNCHES = [
 ]
 GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
+GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
+GEMV_ROWS = (1, 4, 16)
+GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
+    {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps, "num_stages": stages}
+    for block_n, block_k, warps, stages in (
+        (32, 128, 4, 3),
+        (32, 256, 4, 3),
+        (64, 128, 4, 3),
+        (64, 128, 4, 4),
+        (64, 256, 4, 3),
+        (128, 128, 4, 3),
+        (128, 128, 8, 4),
+        (128, 256, 8, 3),
+    )
+]
+GEMV_SPLITS = (1, 2, 4, 8)
+L2_OVERFLOW_BYTES = 256 * 2**20  # a timing reads this much weight (distinct copies), several times an H200's L2
 
 
 def parse_routes(text: str) -> tuple[str, ...]:
@@ -209,6 +235,131 @@ def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
     return rows
 
 
+def gemv_launches(in_features: int, out_features: int) -> list[dict]:
+    """GEMV_LAUNCHES with each split of GEMV_SPLITS that divides the steps and keeps 64..1,024 programs."""
+    launches = []
+    for launch in GEMV_LAUNCHES:
+        tiles, steps = -(-out_features // launch["BLOCK_N"]), -(-in_features // launch["BLOCK_K"])
+        for splits in GEMV_SPLITS:
+            if steps % splits == 0 and 64 <= tiles * splits <= 1024:
+                launches.append({**launch, "splits": splits})
+    return launches
+
+
+def gemv_setting(launch: dict) -> str:
+    return f"{launch['BLOCK_N']}x{launch['BLOCK_K']} s{launch['splits']} w{launch['num_warps']} p{launch['num_stages']}"
+
+
+def time_over_copies(fn, weights: list[torch.Tensor], x: torch.Tensor, device: torch.device, reps: int) -> dict:
+    """fn(x, weight) per copy of the weight in one graph replay, per call (ms)."""
+
+    def sweep(x):
+        for weight in weights:
+            y = fn(x, weight)
+        return y
+
+    timing = time_op(GraphedCall(sweep), [(x,)], device, reps=reps)
+    return {key: value / len(weights) if key.endswith("_ms") else value for key, value in timing.items()}
+
+
+def draft_gemv_shape_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """cuBLAS and each GEMV launch per draft shape and row count; the fastest launch kept per shape."""
+    rows, generator = [], torch.Generator(device=device).manual_seed(TARGET_SEED)
+    for draft in GEMV_DRAFTS:
+        for name, (in_features, out_features) in awq_shapes(PRESETS[draft]).items():
+            shape_rows = gemv_shape_rows(draft, name, in_features, out_features, generator, reps, bandwidth_gbs)
+            best = fastest_gemv_launch(shape_rows)
+            dense_gemv.LAUNCHES[(in_features, out_features)] = best
+            print(f"draft-gemv       {draft} {name} chosen {best}", flush=True)
+            rows += shape_rows
+            release_gpu_memory()
+    print(f"dense_gemv.LAUNCHES = {dense_gemv.LAUNCHES!r}", flush=True)
+    return rows
+
+
+def gemv_shape_rows(draft: str, name: str, in_features: int, out_features: int, generator, reps: int, bandwidth_gbs):
+    """One shape (`down`: SwiGLU fused) through cuBLAS and each GEMV launch at each of GEMV_ROWS rows."""
+    device = generator.device
+    silu = name == "down"
+    weight_bytes = in_features * out_features * 2
+    weights = [
+        torch.randn(out_features, in_features, device=device, generator=generator, dtype=torch.bfloat16)
+        / in_features**0.5
+        for _ in range(max(2, L2_OVERFLOW_BYTES // weight_bytes))
+    ]
+    width = 2 * in_features if silu else in_features
+    inputs = {m: torch.randn(m, width, device=device, generator=generator, dtype=torch.bfloat16) for m in GEMV_ROWS}
+    settings = {"cublas": lambda x, w: F.linear(fused_ops.silu_mul(x) if silu else x, w)}
+    for launch in gemv_launches(in_features, out_features):
+        settings[gemv_setting(launch)] = lambda x, w, launch=launch: dense_gemv.gemv(x, w, silu, launch)
+    rows = []
+    for setting, fn in settings.items():
+        try:
+            timings = {m: time_over_copies(fn, weights, x, device, reps) for m, x in inputs.items()}
+        except Exception as error:  # a launch that does not compile or fit is skipped, as awq-dequant does
+            print(f"draft-gemv       {draft} {name} {setting} skipped: {type(error).__name__}", flush=True)
+            continue
+        for m, timing in timings.items():
+            gbs = weight_bytes / (timing["median_ms"] * 1e-3) / 1e9
+            rows.append(
+                {
+                    "route": "draft-gemv",
+                    "setting": setting,
+                    "draft": draft,
+                    "shape": f"{name} {in_features}x{out_features}",
+                    "rows": m,
+                    **timing,
+                    "gbs": gbs,
+                    "share_of_bandwidth": gbs / bandwidth_gbs,
+                }
+            )
+    return rows
+
+
+def fastest_gemv_launch(shape_rows: list[dict]) -> dict:
+    """The GEMV launch with the least time summed over the row counts (one launch per shape, whatever M)."""
+    totals: dict[str, float] = {}
+    for row in shape_rows:
+        if row["setting"] != "cublas":
+            totals[row["setting"]] = totals.get(row["setting"], 0.0) + row["median_ms"]
+    setting = min(totals, key=totals.get)
+    block, splits, warps, stages = setting.split()
+    block_n, block_k = block.split("x")
+    return {
+        "BLOCK_N": int(block_n),
+        "BLOCK_K": int(block_k),
+        "splits": int(splits[1:]),
+        "num_warps": int(warps[1:]),
+        "num_stages": int(stages[1:]),
+    }
+
+
+def draft_gemv_step_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The Qwen3-0.6B draft step (dense head, graphed, CONTEXT) with the GEMV route off and on."""
+    model = load_draft_long(device)
+    head = DenseHead(model.head_weight)
+    steps = [(torch.tensor([[t]], device=device), torch.tensor([CONTEXT], device=device)) for t in STEP_TOKENS]
+    weights = model.body_parameters_bytes() + head.bytes_per_call()
+    floor = floor_ms(weights + kv_cache_bytes(model.config, CONTEXT, model.head_weight.element_size()), bandwidth_gbs)
+    rows = []
+    for setting, route_rows in (("off", None), ("on", dense_gemv.MAX_ROWS)):
+        dense_gemv.attach(model, route_rows)
+        timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
+        kernels = device_operations(draft_step(model, head), steps[0])
+        rows.append(
+            {
+                "route": "draft-gemv",
+                "setting": f"step {setting}",
+                "context": CONTEXT,
+                **timing,
+                "floor_ms": floor,
+                "kernels_per_step": kernels,
+                "layers": model.config.n_layers,
+            }
+        )
+    return rows
+
+
 def device_operations(fn, inputs: tuple) -> int:
     """Kernels (and device copies and memsets) one eager call of `fn` runs, as torch's profiler sees them."""
     fn(*inputs)  # compiled and warm
@@ -221,11 +372,15 @@ def device_operations(fn, inputs: tuple) -> int:
 
 def format_row(row: dict) -> str:
     where = next(f"{key} {row[key]}" for key in ("shape", "context", "tokens", "setting") if key in row)
+    if "draft" in row:
+        where = f"{row['draft']} {row['shape']}"
     if "rows" in row:
         where += f" x {row['rows']} rows"
     extra = f", {row['tflops']:.0f} TFLOPS" if "tflops" in row else ""
     if "gbs" in row:
         extra += f", {row['gbs']:.0f} GB/s"
+    if "share_of_bandwidth" in row:
+        extra += f" ({row['share_of_bandwidth']:.0%} of copy)"
     if "share_of_peak" in row:
         extra += f" ({row['share_of_peak']:.0%} of peak)"
     if "floor_ms" in row:
@@ -261,6 +416,10 @@ def main(argv=None) -> int:
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
+            "draft-gemv": lambda: [
+                *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
+                *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),
+            ],
         }
         rows = []
         for route in args.routes:

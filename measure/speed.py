@@ -38,6 +38,7 @@ from collections.abc import Callable
 import torch
 
 from contracts.cli import OneLineParser
+from model import dense_gemv
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -75,8 +76,11 @@ HF_NEW_TOKENS = {DRAFT: [1], TARGET: [1, 4, 8]}
 
 
 def load_draft(device: torch.device, kernels: str | None = None):
-    """The synthetic Qwen3-0.6B draft in bf16 with a CACHE_SLOTS cache (its `Loaded`)."""
-    return load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels=kernels)
+    """The synthetic Qwen3-0.6B draft in bf16 with a CACHE_SLOTS cache (its `Loaded`), on the drafts'
+    default projection route (model/dense_gemv.py)."""
+    loaded = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels=kernels)
+    dense_gemv.attach(loaded.model, dense_gemv.DRAFT_ROWS)
+    return loaded
 
 
 def draft_step_inputs(device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -39,6 +39,7 @@ import torch
 
 from contracts.cli import OneLineParser
 from contracts.files import write_atomic
+from model import dense_gemv
 from model.cli import run_torch_command
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -122,8 +123,11 @@ def draft_measurements(device: torch.device, reps: int, bandwidth_gbs: float) ->
 
 
 def load_draft_long(device: torch.device):
-    """The synthetic Qwen3-0.6B draft, bf16, fused kernels, with room for the long context."""
-    return load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels="fused").model
+    """The synthetic Qwen3-0.6B draft, bf16, fused kernels, with room for the long context, on the
+    drafts' default projection route (model/dense_gemv.py)."""
+    model = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels="fused").model
+    dense_gemv.attach(model, dense_gemv.DRAFT_ROWS)
+    return model
 
 
 def target_measurements(name: str, key: str, device: torch.device, reps: int, bandwidth_gbs: float) -> dict:

@@ -22,11 +22,9 @@ bytes are in flight. The layout and the kernel are built for both:
   halves, into the operand's registers) and 2 packed subtractions, after one shift each. The same
   bits in Triton operations (interpreter; and float32 activations: codes converted, z subtracted).
   The dot products of a group are summed in float32 and scaled once per group and column.
-- Split-K over 128-row steps (grid axis 1): each split writes float32 partials to a [splits, M, N]
-  buffer and counts itself on its tile's ticket; the last split of a tile sums the partials in split
-  order, casts and resets the ticket (no second launch). No atomics on values: results are bitwise
-  reproducible, and output row i depends only on x row i (and the configuration, which for M <= 16
-  does not depend on M), never on the other rows.
+- Split-K over 128-row steps (model/split_k.py: partials and a ticket per tile, the last split sums
+  them in split order): results are bitwise reproducible, and output row i depends only on x row i
+  (and the configuration, which for M <= 16 does not depend on M), never on the other rows.
 - Rows per program (`block_m`): 16 up to 16 rows, then up to 64. Each row block dequantizes every
   weight tile again, and the dequantization, not the bytes, bounds the kernel: at 16 rows per program
   a tree verify of 65 rows took 5 passes over the weights.
@@ -45,19 +43,17 @@ Where the kernels run: model/triton_support.py.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
 
+from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import launching_on, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
 STEP_IN = 128  # input rows per loop step: 8 codes per word x 16 rows per dot
 _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSET + 0 (OFFSET 128, 1024)
-_DEFAULT_SMS = 132  # H100 / H200
-_PROGRAMS_PER_SM = 2
 _SPLITS = (4, 8)  # split-K at least the first, at most the second (where the step count allows)
 BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
@@ -124,13 +120,6 @@ def pack_planes(
     return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), IN, N, group_size)
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return _DEFAULT_SMS
-
-
 def block_m(M: int) -> int:
     """Rows per program: BLOCK_M up to BLOCK_M rows, else the power of two that holds M, at most
     MAX_BLOCK_M. A row's result depends on it, so it is a function of M alone (a decoder's target
@@ -142,11 +131,8 @@ def default_splits(M: int, planes: Planes, device: torch.device) -> int:
     """The smallest divisor of the step count from 4 up to 8 that gives at least 2 programs per SM
     (the largest divisor <= 8 when none does): on H200 this is what measured best for each of
     Qwen3-32B's shapes (4 for qkv and gate_up, 8 for o_proj and down)."""
-    steps = planes.codes.shape[1]
     tiles = planes.codes.shape[0] * triton.cdiv(M, block_m(M))
-    divisors = [d for d in range(1, min(steps, _SPLITS[1]) + 1) if steps % d == 0]
-    want = _PROGRAMS_PER_SM * _sm_count(device)
-    return next((d for d in divisors if d >= _SPLITS[0] and tiles * d >= want), divisors[-1])
+    return split_count(tiles, planes.codes.shape[1], device, *_SPLITS)
 
 
 def w4a16_matmul(
@@ -160,8 +146,8 @@ def w4a16_matmul(
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
-    zeros, one per (column block, row block of block_m(M) rows), that the call leaves zero: a layer keeps them so a split-K
-    call needs no memset; without enough, the call makes its own."""
+    zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
+    them so a split-K call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -184,8 +170,8 @@ def w4a16_matmul(
     partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
     if splits == 1:
         tickets = y  # unused
-    elif tickets is None or tickets.numel() < grid[0] * grid[2] or tickets.dtype != torch.int32:
-        tickets = torch.zeros(grid[0] * grid[2], dtype=torch.int32, device=x.device)  # fresh (a memset launch)
+    else:
+        tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
     with launching_on(x.device):
         _w4a16_kernel[grid](
             x,
@@ -250,8 +236,7 @@ if triton is not None:
         PTX: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
-        written to y when there is one split; else to part[split], and the tile's last split to arrive
-        (a ticket per tile) sums the parts in split order into y and resets the ticket. MAGIC: OFFSET's
+        stored by split_k.store_split. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
         pid_n = tl.program_id(0)
@@ -288,19 +273,7 @@ if triton is not None:
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
-        inside = m_in[None, :] & (rn < N)[:, None]
-        if SPLITS == 1:
-            tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
-        else:
-            tl.store(part_ptr + pid_k.to(tl.int64) * M * N + tile, acc, mask=inside)
-            ticket = ticket_ptr + pid_m * tl.num_programs(0) + pid_n
-            if tl.atomic_add(ticket, 1, sem="acq_rel") == SPLITS - 1:  # every part is written
-                total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                for split in tl.static_range(1, SPLITS):
-                    total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
-                tl.store(ticket, 0)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
     def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr):

@@ -12,7 +12,7 @@ from contracts import PLACEMENTS, UsageError
 from contracts.heads import HeadSpec, check_assets, parse_head
 from contracts.names import TENSOR_PARALLEL_PLACEMENT, tensor_parallel_size
 from contracts.trees import CHAIN, TreeShape
-from model import tensor_parallel
+from model import dense_gemv, tensor_parallel
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
@@ -220,6 +220,7 @@ def load_pair(
         loaded_draft = Loaded(stand_in, loaded_target.tokenizer, {"name": draft, "weights": weights, "stand_in": True})
     elif draft is not None:
         loaded_draft = load_model(draft, draft_device, dtype, seed + 1, max_seq_len=max_seq_len, kernels=kernels)
+        dense_gemv.attach(loaded_draft.model, dense_gemv.DRAFT_ROWS)
         check_compatible(
             loaded_target.tokenizer,
             loaded_draft.tokenizer,

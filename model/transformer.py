@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contracts import UsageError
-from model import fused_ops, triton_support
+from model import dense_gemv, fused_ops, triton_support
 from model.awq import AWQLinear
 from model.config import SLIDING, Llama3RopeScaling, ModelConfig
 
@@ -251,6 +251,7 @@ class Transformer(nn.Module):
         self.max_seq_len = 0
         self.kernels = "torch"  # or "fused": see use_fused_kernels
         self.attention_split_slots = fused_ops.SPLIT_SLOTS  # fused attention's split-KV (None: off)
+        self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -356,14 +357,14 @@ class Transformer(nn.Module):
 
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None) -> torch.Tensor:
         """forward_hidden with ~10 launches per layer; each residual add is fused into the next norm."""
-        eps = self.config.rms_norm_eps
+        eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         h, delta = self.embed_tokens(tokens[0]), None
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
             q = fused_ops.qk_norm_rope_cache(
-                attn.qkv_proj(x),
+                route.project(attn.qkv_proj, x),
                 attn.q_norm.weight if self.config.qk_norm else None,
                 attn.k_norm.weight if self.config.qk_norm else None,
                 cos,
@@ -379,13 +380,14 @@ class Transformer(nn.Module):
                 h,
                 layer.post_attention_layernorm.weight,
                 eps,
-                attn.o_proj(
+                route.project(
+                    attn.o_proj,
                     fused_ops.attention(
                         q, attn.k_cache, attn.v_cache, pos, attn.scale, self.attention_split_slots, tree
-                    )
+                    ),
                 ),
             )
-            delta = mlp.down_proj(fused_ops.silu_mul(mlp.gate_up_proj(x)))
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

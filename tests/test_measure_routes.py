@@ -16,7 +16,8 @@ def test_routes_parse_in_their_fixed_order():
     assert routes.parse_routes(" awq-prefill ") == ("awq-prefill",)
     with pytest.raises(
         ArgumentTypeError,
-        match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, draft-attention or all\)$",
+        match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, draft-attention, draft-gemv "
+        r"or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -25,7 +26,7 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-prefill, "
-        "draft-attention or all) (see python -m measure.routes --help)"
+        "draft-attention, draft-gemv or all) (see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
 
@@ -58,3 +59,29 @@ def test_rows_format_with_their_units():
     assert routes.format_row(prefill).endswith("400 TFLOPS (54% of peak)")
     dequant = {"route": "awq-dequant", "setting": "32x256 w4", "shape": "gate_up", **timing, "gbs": 327.7}
     assert routes.format_row(dequant).endswith("[p10 1.900, p90 2.200], 328 GB/s")
+
+
+def test_gemv_sweep_keeps_dividing_splits_and_picks_one_launch_per_shape_over_all_rows():
+    launches = routes.gemv_launches(3072, 1024)  # Qwen3-0.6B's down: 24 steps of 128 inputs, 12 of 256
+    assert launches and all(-(-3072 // launch["BLOCK_K"]) % launch["splits"] == 0 for launch in launches)
+    assert all(64 <= -(-1024 // launch["BLOCK_N"]) * launch["splits"] <= 1024 for launch in launches)
+    timing = {"p10_ms": 0.0, "p90_ms": 0.0}
+    rows = [
+        {"setting": "cublas", "rows": 1, "median_ms": 0.001, **timing},
+        {"setting": "64x128 s2 w4 p3", "rows": 1, "median_ms": 0.002, **timing},
+        {"setting": "64x128 s2 w4 p3", "rows": 16, "median_ms": 0.009, **timing},
+        {"setting": "32x256 s4 w8 p4", "rows": 1, "median_ms": 0.004, **timing},
+        {"setting": "32x256 s4 w8 p4", "rows": 16, "median_ms": 0.005, **timing},
+    ]
+    assert routes.fastest_gemv_launch(rows) == {  # least summed time, cuBLAS never chosen
+        "BLOCK_N": 32,
+        "BLOCK_K": 256,
+        "splits": 4,
+        "num_warps": 8,
+        "num_stages": 4,
+    }
+    assert routes.gemv_setting(routes.fastest_gemv_launch(rows)) == "32x256 s4 w8 p4"
+    row = {"route": "draft-gemv", "setting": "cublas", "draft": "qwen3-0.6b", "shape": "o 2048x1024", "rows": 4}
+    line = routes.format_row({**row, "median_ms": 0.004, **timing, "gbs": 1048.6, "share_of_bandwidth": 0.25})
+    assert " ".join(line.split()).startswith("draft-gemv cublas qwen3-0.6b o 2048x1024 x 4 rows 0.004 ms")
+    assert line.endswith("1049 GB/s (25% of copy)")
