@@ -115,6 +115,7 @@ def test_every_tree_is_run_replayed_and_ruled(validated):
             assert float(row["control_rule_tok_s"]) > 0 and 0 <= float(row["control_rule_mean_accepted"]) <= 2
     report = (validated / "report" / "report.md").read_text()
     assert "## Token trees: acceptance predicted from the control's rule" in report
+    assert "every recorded generation equals the target's greedy reference token for token" in report
 
 
 def test_recorded_tree_runs_predict_again_to_the_same_numbers(validated, capsys):

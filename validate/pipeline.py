@@ -148,6 +148,7 @@ def run(args) -> Path:
         nodes=rows - 1,
     )
     control = control_for(pair, args.acceptance)
+    checked = control is not None and args.sampling.greedy  # outputs checked against the references
     if control is not None:  # the default control of synthetic weights too
         sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     for head in heads:
@@ -158,7 +159,7 @@ def run(args) -> Path:
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
-        recorded, calibration_records = _decode_all(
+        recorded, calibration_records, inexact = _decode_all(
             args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows
         )
         del pair, control
@@ -176,6 +177,7 @@ def run(args) -> Path:
         results, notes = _predict_all(recorded, calibrations, profile_path, profile, placement, graphs, folder, drawn)
         notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
         meta["calibrations"] = [c.describe() for c in calibrations.values()]
+        meta["inexact"] = inexact if checked else None
         meta.update(
             _profile_meta(profile, args, pair_names=(args.target, args.draft)),
             notes=notes,
@@ -424,10 +426,11 @@ def _decode_all(
 ):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
     and summary, and the timeline of `drawn`'s first recorded generation (timeline-measured.json);
-    returns (recorded runs, calibration records by decoder instance). Every decoder runs at `rows` rows
+    returns (recorded runs, calibration records by decoder instance, the recorded generations whose tokens
+    are not the target's greedy reference: "configuration prompt"). Every decoder runs at `rows` rows
     at least (its fixed width on a GPU). The target's references are computed once per attention
     choice (a tree decoder's target attends in one pass, a chain's may split the keys)."""
-    recorded, calibrations, refs_by_attention = [], {}, {}
+    recorded, calibrations, refs_by_attention, inexact = [], {}, {}, []
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head, c.tree) for c in configs})
@@ -503,6 +506,8 @@ def _decode_all(
                     label=config.name,
                     timeline=config == drawn,
                 )
+                if refs is not None and args.sampling.greedy:
+                    inexact += [f"{config.name} {pid}" for pid, g in runs if g.tokens != refs[pid][: len(g.tokens)]]
                 lines, summary = records(
                     runs,
                     config,
@@ -532,7 +537,7 @@ def _decode_all(
                 recorded.append((config, config_probes, lines, summary))
             del dec, head
             free_memory()
-    return recorded, calibrations
+    return recorded, calibrations, inexact
 
 
 def calibration_workload(args, pair, work):

@@ -66,6 +66,16 @@ class Result:
         return accepted, (self.by_control["decode_tok_s"] - self.measured_tok_s) / self.measured_tok_s
 
 
+def _exactness(inexact: list[str] | None) -> list[str]:
+    """The outputs line: whether every recorded greedy generation under acceptance control equals the
+    target's reference (none: not known, e.g. sampled, uncontrolled or predicted again from runs)."""
+    if inexact is None:
+        return []
+    if not inexact:
+        return ["- Outputs: every recorded generation equals the target's greedy reference token for token"]
+    return [f"- Outputs: **NOT exact** against the target's greedy reference: {', '.join(inexact)}"]
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -236,6 +246,7 @@ def markdown(results: list[Result], meta: dict) -> str:
             else "the runs' warm-up generations are not in their traces"
         ),
         f"- Command: `{meta['command']}`",
+        *_exactness(meta.get("inexact")),
         "- Calibration: "
         + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else "none (the profile's costs as measured)"),
         "",
