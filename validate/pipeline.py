@@ -251,6 +251,7 @@ def run_from_runs(args) -> Path:
     first = recorded[0][3]["config"]
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
+    check_profile_trees(args.profile, tuple(dict.fromkeys(r[0].tree for r in recorded)), graphs, None)
     out = Path(args.out)
     check_out(out, args.force)
     measured_timeline = Path(args.from_runs) / MEASURED_TIMELINE  # the runs' own, when they drew one
