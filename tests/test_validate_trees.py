@@ -1,6 +1,7 @@
 """Token trees in validate (CPU, tiny presets): the simulator's acceptance under the control's rule
 matches the tree decoder's realized acceptance under acceptance control (a wrong rule does not); a
-validation with --trees runs, replays and rules every tree; the profile it measures covers the trees.
+validation with --trees runs, replays and rules every tree, exactly; the profile it measures covers the
+trees, and one that does not is refused; tree and chain decoders on one target keep their own attention.
 Timings are never asserted."""
 
 import csv
@@ -11,6 +12,7 @@ import statistics
 import pytest
 import torch
 
+from contracts import UsageError
 from contracts.trace import read_summary
 from contracts.trees import parse_tree
 from model.acceptance_control import AcceptanceControl
@@ -19,6 +21,7 @@ from model.heads import DenseHead
 from model.loading import load_model
 from sim.acceptance import Generation
 from sim.profile import Profile
+from sim.scenario import Scenario, run
 from sim.schedules import Config as SimConfig
 from sim.simulate import simulate
 from sim.trees import TreeAcceptance, control_source
@@ -146,3 +149,26 @@ def test_a_profile_that_cannot_cost_a_trees_verify_is_refused_before_any_run(tmp
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "measured up to 4 tokens, tree 2x2x1 verifies 11" in err
     assert "--tree-widths 1,2,4,10,11" in err and not out.exists()
+
+
+def test_the_simulator_answers_a_tree_under_control_without_a_trees_section(tmp_path):
+    """`--acceptance a=A` with a tree: the control's rule sets its acceptance (2x1 at a = 0.5 accepts depth 1
+    at 0.75 and depth 2 at 0.75 x 0.5, 1.125 a round before the generations' ends cut it), no trees section."""
+    (tmp_path / "p.json").write_text(json.dumps(profile_for(12)))
+    common = dict(profile=str(tmp_path / "p.json"), schedules=("deferred",), heads=("dense",), placement="cpu")
+    rows, resolved = run(Scenario(**common, acceptance="a=0.5", tree="2x1", prompts=300), ceiling=False)
+    assert rows[-1]["mean_accepted"] == pytest.approx(1.125, abs=0.05) and rows[-1]["tree"] == "2x1"
+    assert any("acceptance control a=0.5: 1-(1-a)^k" in note for note in resolved.notes)
+    with pytest.raises(UsageError, match="no 'trees' section"):
+        run(Scenario(**common, acceptance="0.5", tree="2x1"), ceiling=False)
+
+
+def test_decoders_on_one_target_keep_their_own_attention_choice():
+    """A tree decoder attends in one pass per forward; it leaves the target's split-KV setting to the
+    chain decoders built after it."""
+    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=64).model
+    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=64).model
+    setting = target.attention_split_slots
+    tree = Decoder(target, draft, DenseHead(draft.head_weight), graphs=False, tree=parse_tree("2x1"))
+    chain = Decoder(target, draft, DenseHead(draft.head_weight), K=2, graphs=False)
+    assert (tree.split_kv, chain.split_kv) == (False, True) and target.attention_split_slots == setting is not None
