@@ -21,6 +21,7 @@ longest root-to-node path whose every token equals the target's own choice after
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from contracts.cli import UsageError
@@ -195,8 +196,15 @@ def parse_tree(text: str, option: str = "--tree") -> TreeShape:
 
 
 def parse_trees(text: str, option: str = "--trees") -> tuple[TreeShape, ...]:
-    """Specs joined by '+' (a dynamic spec has commas of its own). Repeats dropped, order kept."""
-    pieces = [p.strip() for p in str(text).split("+") if p.strip()]
-    if not pieces:
+    """Specs joined by '+' or ','; a bare number after ',' continues a dynamic spec's M,N,D. Repeats
+    dropped, order kept."""
+    specs: list[str] = []
+    for piece in re.split(r"(?=[+,])", str(text)):
+        separator, body = (piece[0], piece[1:].strip()) if piece[:1] in ("+", ",") else ("", piece.strip())
+        if separator == "," and body.isdigit() and specs and specs[-1].startswith("dynamic:"):
+            specs[-1] += "," + body
+        elif body:
+            specs.append(body)
+    if not specs:
         raise UsageError(f"{option}: no tree given; valid: {TREE_FORMS}")
-    return tuple(dict.fromkeys(parse_tree(p, option) for p in pieces))
+    return tuple(dict.fromkeys(parse_tree(spec, option) for spec in specs))

@@ -22,7 +22,8 @@ still equals target greedy; the trace records what the target actually accepted.
 Token trees (model/tree_rounds.py): at position q the target's token is among a node's drafted
 children at sibling rank r when bit (q, r) is the first set bit of q's ranks; rank 0's bits are the
 chain's bits, and each further rank gets its own i.i.d. stream at the same rate a (a pattern sets
-rank 0 only). So a node's top-k children hold the target's token with probability 1 - (1 - a)^k,
+rank 0 only). So a node's top-k children hold the target's token with probability 1 - (1 - a)^k
+(contracts.acceptance_control.top_k_rate, which the simulator predicts from),
 a chain (or a 1-wide tree) sees exactly the chain's bits, and every child that is not the target's
 token is a distinct wrong token. Only nodes whose ancestors all match can be accepted, so at each
 depth one node's children matter, and a position is again tested at most once on the accepted path.
@@ -35,7 +36,10 @@ import zlib
 import torch
 
 from contracts import UsageError
+from contracts.acceptance_control import parse_spec
 from contracts.trees import MAX_BRANCHING
+
+__all__ = ["AcceptanceControl", "parse_spec"]
 
 
 class AcceptanceControl:
@@ -128,23 +132,3 @@ class AcceptanceControl:
         """Sampled tree rounds: the accept numbers [n] of nodes at `positions` with sibling `ranks`: 0 for
         the node at its position's hit rank (the child holding the target's token), +inf for the others."""
         return torch.where(self.hit_rank_on_verify[positions] == ranks, 0.0, float("inf"))
-
-
-def parse_spec(spec: str) -> tuple[str, float | None, list[int] | None]:
-    """`a=0.43` (i.i.d. per-token acceptance) or `pattern=1,1,0` (bits per position, repeated)."""
-    kind, _, value = spec.partition("=")
-    try:
-        if kind == "a":
-            rate = float(value)
-            if 0.0 <= rate <= 1.0:
-                return "iid", rate, None
-        elif kind == "pattern":
-            bits = [int(b) for b in value.split(",")]
-            if bits and set(bits) <= {0, 1}:
-                return "pattern", None, bits
-    except ValueError:
-        pass
-    raise UsageError(
-        f"bad acceptance control {spec!r}; valid: a=RATE with RATE in [0, 1] (e.g. a=0.43), "
-        "or pattern=BITS with comma-separated 0/1 (e.g. pattern=1,1,0)"
-    )

@@ -348,6 +348,7 @@ class Decoder:
     is computed by the same kernels whichever forward carries it, which is what makes speculative
     output equal target-only greedy token for token on the GPU. The dummy rows sit after the real
     ones, so the real rows never attend to them, and later forwards overwrite their cache slots.
+    `min_rows` widens that width (validate runs every decoder of a validation at its profile's width).
     """
 
     def __init__(
@@ -369,6 +370,7 @@ class Decoder:
         tensor_parallel=None,
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
+        min_rows: int = 0,
     ):
         check_tree(tree, (), head_kind(draft_head), drafting is None and tensor_parallel is None)
         if tree.kind != "chain":
@@ -403,9 +405,11 @@ class Decoder:
         self.clock = PhaseClock(phases, timeline, streams)
         use_width = self.target_device.type == "cuda" if fixed_width is None else fixed_width
         self.tree = tree
-        if tree.kind != "chain":  # the tree mask lives in the one-pass attention: reference and verify both use it
-            target.attention_split_slots = None
-        self.rows = width(max(K, tree.node_count if tree.kind != "chain" else 0)) if use_width else None
+        # the tree mask lives in the one-pass attention: a tree decoder's reference and verify both use it,
+        # chosen per forward so that a chain decoder on the same target keeps its split-KV attention
+        self.split_kv = tree.kind == "chain"
+        own_rows = width(max(K, tree.node_count if tree.kind != "chain" else 0))
+        self.rows = max(own_rows, min_rows) if use_width else None
         self.positions = torch.arange(max(K + 2, self.rows or 0, tree.node_count + 1), device=self.target_device)
         self.positions_on_draft = self.positions.to(self.draft_device)
         # a used look-ahead of a K-token block moves the draft's cursor K + 1 on (per K: a policy varies it)
@@ -435,7 +439,7 @@ class Decoder:
         n = tokens.shape[1]
         if self.rows:
             tokens = F.pad(tokens, (0, self.rows - n))
-        hidden = self.target.forward_hidden(tokens, start + self.positions[: tokens.shape[1]])
+        hidden = self.target.forward_hidden(tokens, start + self.positions[: tokens.shape[1]], split_kv=self.split_kv)
         return self._pick(hidden[0, :n])
 
     def _pick(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -524,7 +528,8 @@ class Decoder:
         return self.generate(prompt_ids, length, "baseline", sample).tokens
 
     def _check_room(self, prompt_len: int, max_new: int) -> None:
-        need = cache_room(prompt_len, max_new, self.K, self.tree.node_count if self.trees is not None else 0)
+        nodes = max(self.tree.node_count if self.trees is not None else 0, (self.rows or 1) - 1)
+        need = cache_room(prompt_len, max_new, self.K, nodes)
         models = [self.target] + ([self.draft] if self.draft is not None else [])
         have = min(m.max_seq_len for m in models)
         if need > have:
@@ -545,7 +550,9 @@ class Decoder:
             torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
         )
         with self.clock.span("prefill", self.target_device):
-            first = self._pick(self.target.forward_hidden(prompt, torch.arange(P, device=self.target_device))[0, -1:])
+            positions = torch.arange(P, device=self.target_device)
+            hidden = self.target.forward_hidden(prompt, positions, split_kv=self.split_kv)
+            first = self._pick(hidden[0, -1:])
             if not self.sampling.greedy:  # the first token: the race noise of the round at the prompt's end
                 first = sampling.race(first, self._race_noise(torch.tensor([P - 1], device=self.target_device)))
         if with_draft and self.drafting is not None:

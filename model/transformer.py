@@ -289,17 +289,19 @@ class Transformer(nn.Module):
         sin = getattr(self, _rope_name("sin", sliding))[rope]
         return cos, sin, allowed.repeat(group, 1)
 
-    def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None) -> torch.Tensor:
+    def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_kv: bool = True) -> torch.Tensor:
         """tokens LongTensor [1, n], pos LongTensor [n] (on the model's device) -> hidden states
         [1, n, hidden] after the final norm. Writes the tokens' K/V at slots `pos`; see the class
         docstring for the cache contract. `tree` (rope [n], ancestors [n], base [1]): tree attention
-        instead of the causal rule (`tree_visible`); the tokens are rotated at positions `rope`."""
+        instead of the causal rule (`tree_visible`); the tokens are rotated at positions `rope`.
+        `split_kv` False: the fused attention runs path-ordered whatever `attention_split_slots` says
+        (a tree decoder's choice per forward, so that other decoders on the same model keep theirs)."""
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward_hidden()")
         if tokens.dim() != 2 or tokens.shape[0] != 1 or pos.shape != (tokens.shape[1],):
             raise ValueError(f"expected tokens [1, n] and pos [n], got {tuple(tokens.shape)} and {tuple(pos.shape)}")
         if self.kernels == "fused":
-            return self._forward_fused(tokens, pos, tree)
+            return self._forward_fused(tokens, pos, tree, self.attention_split_slots if split_kv else None)
         attention_inputs = {sliding: self._attention_inputs(pos, sliding, tree) for sliding in self._layer_kinds}
         x = self.embed_tokens(tokens)
         if self.config.arch == "gemma3":
@@ -355,7 +357,7 @@ class Transformer(nn.Module):
             out.update({f"{prefix}{module}.{part}.{field}": piece for part, piece in zip(parts[merged], pieces)})
         return out
 
-    def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None) -> torch.Tensor:
+    def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
         """forward_hidden with ~10 launches per layer; each residual add is fused into the next norm."""
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
@@ -382,9 +384,7 @@ class Transformer(nn.Module):
                 eps,
                 route.project(
                     attn.o_proj,
-                    fused_ops.attention(
-                        q, attn.k_cache, attn.v_cache, pos, attn.scale, self.attention_split_slots, tree
-                    ),
+                    fused_ops.attention(q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree),
                 ),
             )
             delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))

@@ -13,6 +13,9 @@ drafter; a trace answers for the drafters whose outcomes it recorded (`runs`, co
   for every drafter it names and every output position, how many proposals of a block begun there
   would be accepted (prompt lookup's block depends on where it begins, not only on the position).
 - `IIDAcceptance(a)`: every position matches with probability a.
+- `ControlledAcceptance(a)`: the decoder's acceptance control `a=A` (contracts.acceptance_control): for
+  a chain the same as i.i.d. at a; a token tree (sim/trees.py) takes its per-depth top-k rates from the
+  control's rule instead of the profile's measured ones.
 - `PerPositionAcceptance([a1..aK])`: the j-th proposal of a block matches with probability a_j.
 - `EmpiricalLengths({L: weight})`: the accepted length of a round drawn from a distribution.
 All are deterministic for a given seed.
@@ -24,6 +27,7 @@ import random
 from dataclasses import dataclass
 
 from contracts import UsageError
+from contracts.acceptance_control import parse_spec
 from contracts.names import DRAFTERS
 from contracts.trace import RUN_CAP
 
@@ -77,6 +81,21 @@ class IIDAcceptance:
             return memo[i]
 
         return lambda pos, K, drafter=None: [at(pos + j) for j in range(K + 1)]
+
+
+class ControlledAcceptance(IIDAcceptance):
+    """`a=A`: the acceptance a synthetic run under the decoder's control a=A sees."""
+
+    name = "control"
+
+    def __init__(self, spec: str):
+        kind, rate, _ = parse_spec(spec)
+        if kind != "iid":
+            raise UsageError(f"acceptance {spec!r}: the simulator takes the control's i.i.d. form a=RATE only")
+        super().__init__(rate)
+
+    def describe(self) -> str:
+        return f"acceptance control a={self.a:g} (i.i.d. per token; a tree's top-k holds the token at 1-(1-a)^k)"
 
 
 class PerPositionAcceptance:
@@ -176,6 +195,7 @@ class TraceReplay:
             self.generations.append(Generation(prompt_id, max(rounds[0]["context"] - 1, 0), decode))
         self.rate = accepted / tested if tested else 0.0
         self.recorded_K = sorted({r["K"] for rs in rounds_by_prompt.values() for r in rs})
+        self.trees = sorted({r.get("tree") or "chain" for r in every})  # the trees its rounds drafted
 
     def describe(self) -> str:
         head = self.head if self.head == "dense" else f"{self.head} p={self.probes}"

@@ -26,7 +26,15 @@ from contracts.trees import parse_tree
 
 from . import heads as head_specs
 from . import tensor_parallel
-from .acceptance import AgreementScaled, EmpiricalLengths, Generation, IIDAcceptance, PerPositionAcceptance, TraceReplay
+from .acceptance import (
+    AgreementScaled,
+    ControlledAcceptance,
+    EmpiricalLengths,
+    Generation,
+    IIDAcceptance,
+    PerPositionAcceptance,
+    TraceReplay,
+)
 from .profile import DATA, Profile, load_profile
 from .sampling_costs import sampled_profile
 from .schedules import Config
@@ -194,11 +202,14 @@ def parse_change(text: str) -> tuple[str, str, str]:
 
 
 def parse_acceptance(spec: str):
-    """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`."""
+    """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `a=0.43` (the decoder's acceptance control),
+    `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`."""
     if spec == "default":
         return _trace_source(DEFAULT_TRACE)
     if spec.startswith("trace:") or spec.endswith(".jsonl"):
         return _trace_source(Path(spec.removeprefix("trace:")))
+    if spec.startswith(("a=", "pattern=")):
+        return ControlledAcceptance(spec)
     if spec.startswith("lengths:"):
         weights = {}
         for item in spec.removeprefix("lengths:").split(","):
@@ -294,8 +305,8 @@ def resolve(s: Scenario) -> Resolved:
             for head in s.heads
         }
     schedules, heads, tree = _schedules_for(s), s.heads, None
-    if s.tree is not None:  # token trees: acceptance from the profile's top-k rates (sim/trees.py)
-        tree, tree_source, schedules, heads, K = tree_setup(s, profile, profile.costs[regime], K, notes)
+    if s.tree is not None:  # token trees: acceptance from top-k rates or the tree's own trace (sim/trees.py)
+        tree, tree_source, schedules, heads, K = tree_setup(s, profile, profile.costs[regime], K, notes, source)
         sources = {head: tree_source for head in heads}
     configs = [Config("baseline", heads[0], K, probes, placement)]
     configs += [

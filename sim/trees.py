@@ -1,10 +1,12 @@
-"""Token-tree rounds: their acceptance from the profile's per-depth top-k rates, and their widths.
+"""Token-tree rounds: their acceptance from per-depth top-k rates, and their widths.
 
 A tree round runs the events of a chain round with K = the tree's depth (docs/design.md, "Token
 trees"): the draft's step j feeds its frontier at depth j-1 (the root first), and the verify covers
 every node. Only the acceptance differs: at each depth the target's token is the draft's r-th
-choice with the probabilities the profile's `trees` rates give (contracts.profile.check_trees), and
-the round accepts that depth when the accepted node has a child of rank r.
+choice with the probabilities of the profile's `trees` rates (contracts.profile.check_trees), or of
+the acceptance control's rule under `a=A` (contracts.acceptance_control), and the round accepts that
+depth when the accepted node has a child of rank r. A trace recorded with the very tree is replayed
+as recorded instead (its accepted path lengths, as a chain trace's accepted lengths).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import random
 from dataclasses import replace
 
 from contracts import HEADS, UsageError
+from contracts.acceptance_control import top_k_rate
 from contracts.names import SPECULATIVE_SCHEDULES
 from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
+
+from .acceptance import ControlledAcceptance, TraceReplay
 
 MEASURE_HINT = "python -m measure.tree_rates measures them"
 
@@ -34,7 +39,7 @@ class TreeAcceptance:
         self.children = {(parent, rank): node for node, (parent, rank) in enumerate(zip(shape.parents, shape.ranks))}
 
     def describe(self) -> str:
-        return f"tree {self.label}: per-depth top-k rates ({self.scope}) of the profile's trees section"
+        return f"tree {self.label}: per-depth top-k rates ({self.scope})"
 
     def mean_rate(self) -> float:
         return sum(row[0] for row in self.cdf) / len(self.cdf)
@@ -97,17 +102,64 @@ def dynamic_as_static(shape: TreeShape, cdf: list[list[float]]) -> TreeShape:
     return parse_tree("paths:" + ";".join(".".join(map(str, path)) for path in kept), "tree")
 
 
-def tree_setup(scenario, profile, costs, K: int, notes: list) -> tuple[TreeShape, TreeAcceptance, tuple, tuple, int]:
+def control_cdf(a: float, shape: TreeShape) -> list[list[float]]:
+    """Per depth, the CDF over ranks under acceptance control a=A: top-k holds the token at 1-(1-a)^k."""
+    return [[top_k_rate(a, k) for k in range(1, max(shape.children_per_depth()) + 1)]] * shape.depth
+
+
+def tree_setup(
+    scenario, profile, costs, K: int, notes: list, source=None
+) -> tuple[TreeShape, TreeAcceptance, tuple, tuple, int]:
     """(the configurations' tree, its acceptance, schedules, heads, K) for a scenario with a tree; `costs`:
-    the regime's. UsageError, naming the tree, when the profile cannot answer it or the scenario asks
-    what a tree does not run with."""
+    the regime's; `source`: the scenario's acceptance source. UsageError, naming the tree, when the
+    profile cannot answer it or the scenario asks what a tree does not run with."""
     label = f"tree {scenario.tree}"
     shape = parse_tree(scenario.tree, label)
     if shape.kind == "chain":
         shape = replace(chain_shape(K), label="chain")
+    if shape.label != "chain" and isinstance(source, TraceReplay) and source.trees == [shape.label]:
+        tree_source = source  # the tree's own rounds, replayed as recorded
+        notes.append(f"acceptance: {source.describe()}, recorded with tree {shape.label}")
+    elif isinstance(source, ControlledAcceptance):
+        tree_source = control_source(shape, source.a)
+        notes.append(f"acceptance: {tree_source.describe()}")
+    else:
+        tree_source = rated_source(shape, _profile_cdf(profile, shape, label), "all categories pooled, measured")
+        notes.append(
+            f"acceptance: {tree_source.describe()} ({profile.raw['trees']['weights']} weights); the acceptance "
+            "source applies to chains without --tree only"
+        )
+    if shape.kind == "dynamic" and tree_source is not source:
+        notes.append(
+            f"{shape.label}: acceptance of the static tree of its {tree_source.shape.node_count} nodes of highest "
+            f"product of rank probabilities, {tree_source.shape.label} (docs/design.md)"
+        )
+    verify = costs.verify
+    if "n_tokens" not in verify.axes or verify.values[verify.axes.index("n_tokens")][-1] < shape.node_count + 1:
+        measured = verify.values[verify.axes.index("n_tokens")][-1] if "n_tokens" in verify.axes else 1
+        raise UsageError(
+            f"{label}: its verify covers {shape.node_count + 1} tokens, the profile's target.forward_ms is measured "
+            f"up to {measured:g}; python -m measure --tree-widths N,... measures wider verifies"
+        )
+    chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
+    allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
+    schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
+    heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)
+    if scenario.policies != ("fixed",) or scenario.drafters != ("draft-model",):
+        raise UsageError(f"{label}: trees are drafted by a fixed draft model (no --policy or --drafter)")
+    if scenario.temperature > 0:
+        raise UsageError(f"{label}: trees are simulated for greedy decoding only (temperature 0)")
+    return shape, tree_source, schedules, heads, shape.depth
+
+
+def _profile_cdf(profile, shape: TreeShape, label: str) -> list[list[float]]:
+    """The CDFs of the profile's measured per-depth top-k rates (all categories pooled)."""
     section = profile.raw.get("trees")
     if section is None:
-        raise UsageError(f"{label}: the profile has no per-depth top-k rates (no 'trees' section); {MEASURE_HINT}")
+        raise UsageError(
+            f"{label}: the profile has no per-depth top-k rates (no 'trees' section); {MEASURE_HINT}, or give "
+            "--acceptance a=RATE for a run under acceptance control"
+        )
     rates = section["rates"]["all"]["rate"]
     if shape.depth > section["depths"] or max(shape.children_per_depth()) > section["top_k"]:
         raise UsageError(
@@ -125,34 +177,20 @@ def tree_setup(scenario, profile, costs, K: int, notes: list) -> tuple[TreeShape
             f"{label}: the profile's rate at depth {unmeasured[0][0]}, top-{unmeasured[0][1]} was never "
             "observed (n = 0); measure more states with python -m measure.tree_rates"
         )
-    verify = costs.verify
-    if "n_tokens" not in verify.axes or verify.values[verify.axes.index("n_tokens")][-1] < shape.node_count + 1:
-        measured = verify.values[verify.axes.index("n_tokens")][-1] if "n_tokens" in verify.axes else 1
-        raise UsageError(
-            f"{label}: its verify covers {shape.node_count + 1} tokens, the profile's target.forward_ms is measured "
-            f"up to {measured:g}; python -m measure --tree-widths N,... measures wider verifies"
-        )
-    chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
-    allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
-    schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
-    heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)
-    if scenario.policies != ("fixed",) or scenario.drafters != ("draft-model",):
-        raise UsageError(f"{label}: trees are drafted by a fixed draft model (no --policy or --drafter)")
-    if scenario.temperature > 0:
-        raise UsageError(f"{label}: trees are simulated for greedy decoding only (temperature 0)")
-    cdf = cumulative([[0.0 if r is None else r for r in row] for row in rates])
+    return cumulative([[0.0 if r is None else r for r in row] for row in rates])
+
+
+def rated_source(shape: TreeShape, cdf: list[list[float]], scope: str) -> TreeAcceptance:
+    """A tree's acceptance from per-depth rank CDFs; a dynamic tree's is its static stand-in's
+    (dynamic_as_static), labeled as the tree."""
     accepting = dynamic_as_static(shape, cdf) if shape.kind == "dynamic" else shape
-    source = TreeAcceptance(accepting, cdf, "all categories pooled", shape.label)
-    notes.append(
-        f"acceptance: {source.describe()} ({section['weights']} weights); the acceptance source applies "
-        "to chains without --tree only"
-    )
-    if shape.kind == "dynamic":
-        notes.append(
-            f"{shape.label}: acceptance of the static tree of its {accepting.node_count} nodes of highest product of "
-            f"rank probabilities, {accepting.label} (docs/design.md)"
-        )
-    return shape, source, schedules, heads, shape.depth
+    return TreeAcceptance(accepting, cdf, scope, shape.label)
+
+
+def control_source(shape: TreeShape, a: float) -> TreeAcceptance:
+    """The acceptance a run under acceptance control a=A sees with this tree (a dynamic tree's
+    approximately: the decoder chooses its nodes by the synthetic draft's own probabilities)."""
+    return rated_source(shape, control_cdf(a, shape), f"acceptance control a={a:g}: 1-(1-a)^k")
 
 
 def _chosen(asked: tuple, allowed: tuple, default: tuple, what: str, label: str, notes: list) -> tuple:

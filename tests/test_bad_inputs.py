@@ -92,6 +92,8 @@ def make_files(folder: Path) -> dict[str, Path]:
 # output path a run would write.
 CASES = [
     # sim: options, what-ifs, sweeps, files, outputs, sizes
+    ("sim", ["--tree", "2x1", "--acceptance", "pattern=1,0"], "the control's i.i.d. form a=RATE only"),
+    ("sim", ["--acceptance", "a=1.5"], "bad acceptance control"),
     ("sim", ["--K", "0"], "--K: must be in 1..64"),
     ("sim", ["--K", "100000"], "--K: must be in 1..64"),
     ("sim", ["--K", "six"], "--K: expected an integer"),
@@ -291,6 +293,17 @@ CASES = [
         "has no sampling costs for the eager regime",
     ),
     ("validate", [*VALIDATE, "--peers", "--temperature", "0.7"], "--peers compares greedy generation"),
+    # validate --trees (validate/trees.py)
+    ("validate", [*VALIDATE, "--measure", "--trees", "3x3x3x3"], "more than 64 nodes"),
+    ("validate", [*VALIDATE, "--measure", "--trees", "chain,dynamic:4,16"], "a dynamic tree takes M,N,D"),
+    (
+        "validate",
+        [*VALIDATE, "--measure", "--trees", "2x2x1", "--schedules", "pipelined"],
+        "trees run with --schedules",
+    ),
+    ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--heads", "flashhead"], "with the dense head"),
+    ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--temperature", "0.7"], "trees are validated greedy"),
+    ("validate", [*VALIDATE, "--peers", "--trees", "2x2x1"], "--trees: trees run in the default validation"),
     # validate --drafter/--policy (validate/policies.py)
     ("validate", [*VALIDATE, "--policy", "greedy"], "--policy: 'greedy' is unknown; valid: fixed, heuristic"),
     ("validate", [*VALIDATE, "--drafter", "medusa"], "--drafter: 'medusa' is unknown; valid: draft-model"),

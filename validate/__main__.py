@@ -7,6 +7,7 @@ import argparse
 import shlex
 import sys
 
+from contracts import UsageError
 from contracts.cli import OneLineParser, require_modules
 
 require_modules("python -m validate", ("torch", "simpy"), "pip install torch, then pip install -e '.[model]'")
@@ -26,6 +27,13 @@ what a validation run does (default):
   For one configuration (the first pipelined-deferred one, else the first speculative one) it also
   writes the first recorded generation's timeline as measured and as predicted (Chrome/Perfetto
   traces timeline-measured.json, timeline-predicted.json) and draws both in timeline.png.
+
+--trees (validate/trees.py):
+  Each tree runs on the real tree decoder with ordinary and deferred and the dense head, and is predicted
+  replaying its own trace (as every configuration) and, under acceptance control a=A, from the control's
+  rule alone (a node's top-k children hold the target's token with probability 1-(1-a)^k): predicted
+  against measured mean accepted length and tok/s. Every decoder runs at one fixed width on a GPU, the
+  widest tree's node count + 1, which --measure times (python -m measure --tree-widths for --profile).
 
 --peers:
   Hugging Face generate (greedy) and assisted generation (same draft, K proposals a round), built over
@@ -57,6 +65,8 @@ examples:
   python -m validate --target qwen3-32b-awq --draft qwen3-0.6b --placement two-gpu --measure \\
       --K 2,4,6,8 --n-prompts 8 --max-new-tokens 64
   python -m validate --profile reports/profile.json --schedules ordinary,deferred --heads dense --K 6
+  python -m validate --target qwen3-32b-awq --draft qwen3-0.6b --placement one-gpu --measure \
+      --schedules ordinary,deferred --heads dense --K 4 --trees chain,2x2x1,dynamic:4,16,4 --acceptance a=0.77
   python -m validate --peers --target qwen3-32b --draft qwen3-0.6b --placement one-gpu
   python -m validate --target tiny-qwen3 --draft tiny-qwen3-draft --placement cpu --measure \\
       --measure-args "--reps 5" --K 2,4 --n-prompts 2 --max-new-tokens 16
@@ -111,6 +121,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head-assets", default=None, metavar="DIR", help="shortlist/router assets (model.build_head)")
     p.add_argument(
         "--K", default="6", help="draft tokens per round, comma-separated for a sweep (default 6; --peers takes one)"
+    )
+    p.add_argument(
+        "--trees",
+        default="chain",
+        help="token trees joined by '+' or ',' (contracts/trees.py): chain (the chains of --K), AxBxC, "
+        "paths:..., dynamic:M,N,D; trees run with ordinary and deferred and the dense head (default chain)",
     )
     p.add_argument("--probes", type=int, default=None, help="FlashHead probes (default: clusters / 16)")
     p.add_argument(
@@ -215,6 +231,8 @@ def main(argv=None) -> int:
 
     def body():
         args = parse_args(argv)
+        if args.trees != "chain" and (args.peers or args.drafter is not None or args.policy is not None):
+            raise UsageError("--trees: trees run in the default validation, not with --peers, --drafter or --policy")
         if args.from_runs:
             pipeline.run_from_runs(args)
         elif args.drafter is not None or args.policy is not None:

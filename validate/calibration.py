@@ -17,7 +17,7 @@ from sim.profile import load_profile
 from sim.sampling_costs import sampled_head_cost_path
 
 from .heads import head_cost_path
-from .plan import Config
+from .plan import Config, tree_slug
 from .predict import predict
 
 SCHEDULES = ("baseline", "deferred")
@@ -85,11 +85,17 @@ def pooled(records: dict, group: str) -> list:
     """The calibration generations that calibrate `group`: the baseline's of every instance for the
     baseline, else those of every instance drafting with the same head. One instance's generation (one
     prompt, about 20 rounds) moved its scales by up to 2x on the head and its gap by 1 ms with a single
-    slow round; the instances of one run drift apart far less than that."""
+    slow round; the instances of one run drift apart far less than that. Tree instances pool apart from
+    chain ones: a tree round does more host work around its reads (its tables, its path's moves)."""
     if group == "baseline":
         return [r for group_records in records.values() for r in group_records if r[0].schedule == "baseline"]
-    head = group.split("-", 1)[1]
-    return [r for g, group_records in records.items() if g.endswith(f"-{head}") for r in group_records]
+    head, tree = group.split("-", 1)[1], group.startswith("tree")
+    return [
+        r
+        for g, group_records in records.items()
+        if g.endswith(f"-{head}") and g.startswith("tree") == tree
+        for r in group_records
+    ]
 
 
 def fitted_read_gap(records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool) -> float:
@@ -109,8 +115,11 @@ def fitted_read_gap(records, scales: dict, read_gap_ms: float, profile_path, pla
 
 
 def group_name(config: Config) -> str:
-    """The decoder instance a configuration runs on: one per (K, head), and one for the baseline."""
-    return "baseline" if config.schedule == "baseline" else f"K{config.K}-{config.head}"
+    """The decoder instance a configuration runs on: one per (K, head) of a chain and per (tree, head),
+    and one for the baseline."""
+    if config.schedule == "baseline":
+        return "baseline"
+    return f"tree{tree_slug(config.tree)}-{config.head}" if config.tree != "chain" else f"K{config.K}-{config.head}"
 
 
 def trace_name(group: str, config: Config) -> str:

@@ -8,6 +8,8 @@
 - T_q: one draft step = `draft.body_ms` at the mean context + the head (`draft.head_dense_ms`, or
   `draft.head_flashhead_ms` at the run's probes, or the profile's heads section: sim/heads.py), its
   mean over the round's K positions.
+- A token tree (K = its depth): T_p covers its nodes (one more in deferred), and a draft step's body
+  is fed the step's frontier (its mean over the K steps).
 - T_o: per-round overhead = the standalone one-token append (`target.forward_ms` at n = 1) for
   ordinary and pipelined, plus host costs: one scalar read (`host.item_ms`), the decoder's per-round
   bookkeeping (`host.round_bookkeeping_ms`) and, on two GPUs, two token copies (`host.copy_token_ms`:
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.trees import TreeShape
 from sim.costs import Costs
+from sim.trees import verify_tokens
 
 APPENDING = ("ordinary", "pipelined")
 
@@ -46,16 +50,25 @@ class ClosedForm:
 
 
 def closed_form(
-    costs: Costs, schedule: str, head: str, K: int, probes: int | None, placement: str, lines: list[dict]
+    costs: Costs,
+    schedule: str,
+    head: str,
+    K: int,
+    probes: int | None,
+    placement: str,
+    lines: list[dict],
+    tree: TreeShape | None = None,
 ) -> ClosedForm:
-    """The estimate for one configuration from its profile costs and its trace lines."""
+    """The estimate for one configuration from its profile costs and its trace lines (`tree`: a token
+    tree's, K its depth)."""
     context = sum(line["context"] for line in lines) / len(lines)
     if schedule == "baseline":
         return ClosedForm(costs.verify.device_ms(n_tokens=1, context=context), 0.0, 0.0, 1.0, 0, 1, context)
-    n = K if schedule in APPENDING else K + 1
+    n = verify_tokens(tree, K) + (0 if schedule in APPENDING else 1)
     T_p = costs.verify.device_ms(n_tokens=n, context=context)
     head_ms = sum(costs.head_at(head, probes, position)[0] for position in range(K)) / K  # per position
-    T_q = costs.draft_body.device_ms(n_tokens=1, context=context) + head_ms
+    fed = tree.frontier_widths() if tree is not None else (1,) * K
+    T_q = sum(costs.draft_body.device_ms(n_tokens=w, context=context) for w in fed) / K + head_ms
     T_o = costs.item.device_ms() + costs.bookkeeping.device_ms()
     if placement == "two-gpu":
         T_o += 2 * costs.copy_token.device_ms()

@@ -20,6 +20,7 @@ from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
+from contracts.trees import parse_tree
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.cli import sampling_settings
@@ -50,6 +51,14 @@ from .plan import (
 )
 from .predict import phase_rows, predict, predict_timeline
 from .runs import Workload, control_for, decode, free_memory, load_pair, records, references, run_config_dict
+from .trees import (
+    check_profile_trees,
+    control_rate,
+    decoder_rows,
+    predict_by_control,
+    tree_widths,
+    validated_trees,
+)
 
 MEASURED_CONTEXTS = 4  # context points measured across the runs' range: a noisy point moves a line through two
 
@@ -62,8 +71,11 @@ def context_points(lowest: int, highest: int, count: int = MEASURED_CONTEXTS) ->
     return sorted({round(lowest + (highest - lowest) * i / (count - 1)) for i in range(count)})
 
 
-def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths) -> MeasureSettings:
-    """python -m measure's settings for the same models, placement and regime; --measure-args win."""
+def measure_settings(
+    args, placement: str, graphs: bool, K_max: int, contexts, prompt_lengths, trees=("chain",)
+) -> MeasureSettings:
+    """python -m measure's settings for the same models, placement and regime (and the widths the trees
+    verify and draft at); --measure-args win."""
     base = MeasureSettings(
         target=args.target,
         draft=args.draft,
@@ -81,6 +93,7 @@ def measure_settings(args, placement: str, graphs: bool, K_max: int, contexts, p
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        tree_widths=tree_widths(trees),
     )
     settings, _ = settings_from(shlex.split(args.measure_args), base, overrides_only=True)
     check_settings(settings)
@@ -102,22 +115,26 @@ def run(args) -> Path:
     schedules = parse_choices(args.schedules, SCHEDULES, "schedule")
     heads = validated_heads(args.heads, args.head_assets)
     ks = parse_ks(args.K)
-    configs = matrix(schedules, heads, ks)
     _check_numbers(args, heads)
     args.sampling = sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, args.acceptance)
+    trees = validated_trees(args.trees, schedules, heads, args.sampling.greedy)
+    configs = matrix(schedules, heads, ks, trees)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
+    rows = decoder_rows(K_max, trees)  # every decoder's fixed width on a GPU (validate/trees.py)
     if args.profile:
         check_profile(args.profile, placement, graphs, sampled=not args.sampling.greedy)
         check_profile_heads(args.profile, heads, graphs, args.probes)
+        check_profile_trees(args.profile, trees, graphs, rows if target_device.type == "cuda" else None)
     else:
-        measure_settings(args, placement, graphs, K_max, [1], [1])
+        measure_settings(args, placement, graphs, K_max, [1], [1], trees)
     check_acceptance(args.acceptance)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "validation", placement, target_device, args.force)
-    reference_len = args.max_new_tokens + 2 * K_max + 2
+    longest_K = max([K_max] + [c.K for c in configs])  # a tree's depth may pass the chains' K
+    reference_len = args.max_new_tokens + 2 * longest_K + 2
     pair, work = load_pair(
         args.target,
         args.draft,
@@ -126,11 +143,13 @@ def run(args) -> Path:
         args.seed,
         prompts,
         reference_len,
-        K_max,
+        longest_K,
         args.clustering,
         args.head_assets,
+        nodes=rows - 1,
     )
     control = control_for(pair, args.acceptance)
+    checked = control is not None and args.sampling.greedy  # outputs checked against the references
     if control is not None:  # the default control of synthetic weights too
         sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     for head in heads:
@@ -141,22 +160,25 @@ def run(args) -> Path:
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
-        recorded, calibration_records = _decode_all(
-            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn
+        recorded, calibration_records, inexact = _decode_all(
+            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows
         )
         del pair, control
         free_memory()
         profile_path = args.profile
         if args.measure:
-            contexts = context_points(min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * K_max)
+            contexts = context_points(min(lengths) + 1, max(lengths) + args.max_new_tokens + 2 * longest_K)
             profile_path = folder / "profile.json"
-            settings = measure_settings(args, placement, graphs, K_max, contexts, sorted({min(lengths), max(lengths)}))
+            prompt_lengths = sorted({min(lengths), max(lengths)})
+            settings = measure_settings(args, placement, graphs, K_max, contexts, prompt_lengths, trees)
             measure_profile(settings, profile_path, command_line(settings, out / "profile.json"))
+            check_profile_trees(str(profile_path), trees, graphs, rows if target_device.type == "cuda" else None)
         profile = check_profile(str(profile_path), placement, graphs)
         calibrations = calibrate(calibration_records, profile_path, placement, graphs)
         results, notes = _predict_all(recorded, calibrations, profile_path, profile, placement, graphs, folder, drawn)
         notes = [n.replace(str(folder), str(out)) for n in notes]  # the path the profile will have
         meta["calibrations"] = [c.describe() for c in calibrations.values()]
+        meta["inexact"] = inexact if checked else None
         meta.update(
             _profile_meta(profile, args, pair_names=(args.target, args.draft)),
             notes=notes,
@@ -177,6 +199,8 @@ def _print_results(results, out: Path, timeline_files: list[str]) -> None:
             for name, (median, most) in report.errors_summary(results).items()
         )
     )
+    for name, (median, most) in report.tree_errors(results).items():
+        print(f"trees from the control's rule, {name} |error|: median {100 * median:.1f}%, max {100 * most:.1f}%")
     print(
         f"wrote {out}/report.md, results.csv, scatter.png, phases.png, {''.join(f + ', ' for f in timeline_files)}"
         "traces/"
@@ -228,6 +252,7 @@ def run_from_runs(args) -> Path:
     first = recorded[0][3]["config"]
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
+    check_profile_trees(args.profile, tuple(dict.fromkeys(r[0].tree for r in recorded)), graphs, None)
     out = Path(args.out)
     check_out(out, args.force)
     measured_timeline = Path(args.from_runs) / MEASURED_TIMELINE  # the runs' own, when they drew one
@@ -290,7 +315,8 @@ def _recorded(summary_path: Path) -> tuple:
     summary = read_summary(summary_path)
     config = summary["config"]
     lines = read_trace(summary_path.with_name(summary_path.name.replace(".summary.json", ".trace.jsonl")))
-    return Config(config["schedule"], config["head"], config["K"]), config["probes"], lines, summary
+    config_of = Config(config["schedule"], config["head"], config["K"], config.get("tree") or "chain")
+    return config_of, config["probes"], lines, summary
 
 
 def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict[str, Calibration]:
@@ -363,7 +389,13 @@ def _predict_all(
         sampled = any("sample" in line for line in lines)
         regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
         closed_costs = sampled_profile(profile, regime, []).costs[regime] if sampled else costs
-        closed = closed_form(closed_costs, config.schedule, config.head, config.K, probes, placement, lines)
+        tree = parse_tree(config.tree) if config.tree != "chain" else None
+        closed = closed_form(closed_costs, config.schedule, config.head, config.K, probes, placement, lines, tree)
+        rate = control_rate(summary["config"]) if tree is not None else None
+        by_control = None
+        if rate is not None:
+            edits = calibration.edits() if calibration is not None else ()
+            by_control = predict_by_control(profile_path, trace, config, probes, placement, graphs, edits, rate)
         results.append(
             report.Result(
                 config,
@@ -374,32 +406,52 @@ def _predict_all(
                 phase_rows(summary, predicted),
                 str(trace.relative_to(folder)),
                 profile_only if calibration is not None else None,
+                sum(line["accepted"] for line in lines) / len(lines),
+                by_control,
             )
         )
     return results, notes
 
 
 def _decode_all(
-    args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int, drawn: Config | None = None
+    args,
+    pair,
+    work,
+    configs,
+    control,
+    graphs,
+    reference_len,
+    folder: Path,
+    first_K: int,
+    drawn: Config | None = None,
+    rows: int = 0,
 ):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
     and summary, and the timeline of `drawn`'s first recorded generation (timeline-measured.json);
-    returns (recorded runs, calibration records by decoder instance)."""
-    recorded, calibrations, refs = [], {}, None
+    returns (recorded runs, calibration records by decoder instance, the recorded generations whose tokens
+    are not the target's greedy reference: "configuration prompt"). Every decoder runs at `rows` rows
+    at least (its fixed width on a GPU). The target's references are computed once per attention
+    choice (a tree decoder's target attends in one pass, a chain's may split the keys)."""
+    recorded, calibrations, refs_by_attention, inexact = [], {}, {}, []
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
-    groups = len({(c.K, c.head) for c in configs})
-    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + (len(work.prompts) + 1 if control else 0)
+    groups = len({(c.K, c.head, c.tree) for c in configs})
+    reference_sets = len({c.tree == "chain" for c in configs}) if control else 0
+    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + reference_sets * (len(work.prompts) + 1)
     with Progress(total, "validate", "gen") as progress:
-        for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
+        for (K, head_kind, tree), group in itertools.groupby(configs, key=lambda c: (c.K, c.head, c.tree)):
             group = list(group)
             head = pair.head(head_kind, args.probes)
-            dec = pair.decoder(head, K or first_K, graphs, control, sampling=args.sampling)
-            if control is not None and refs is None:
+            dec = pair.decoder(
+                head, K or first_K, graphs, control, sampling=args.sampling, tree=parse_tree(tree), min_rows=rows
+            )
+            if control is not None and dec.split_kv not in refs_by_attention:
                 progress.note("target references")
                 refs = references(dec, work, reference_len)
                 refs[calibration_prompt.id] = dec.reference(calibration_ids, reference_len)
+                refs_by_attention[dec.split_kv] = refs
                 progress.update(len(work.prompts) + 1)
+            refs = refs_by_attention.get(dec.split_kv)
             name = group_name(group[0])
             calibrations[name] = []
             probes = head.probes if head_kind == "flashhead" else None
@@ -408,7 +460,7 @@ def _decode_all(
                 config = (
                     Config("baseline", "dense", 0)
                     if schedule == "baseline"
-                    else Config(schedule, head_kind, K or first_K)
+                    else Config(schedule, head_kind, K or first_K, tree)
                 )
                 calibration_work = Workload([calibration_prompt], [calibration_ids])
                 stem = trace_name(name, config)
@@ -419,6 +471,8 @@ def _decode_all(
                 runs, config_probes, lines, summary, _ = write_run(
                     work, config, stem=config.name, warmup=args.warmup, progress=progress, drawn=config == drawn
                 )
+                if refs is not None and args.sampling.greedy:
+                    inexact += [f"{config.name} {pid}" for pid, g in runs if g.tokens != refs[pid][: len(g.tokens)]]
                 if config == drawn:
                     prompt_id, generation = runs[0]
                     write_timeline(
@@ -431,7 +485,7 @@ def _decode_all(
                 recorded.append((config, config_probes, lines, summary))
             del dec, head
             free_memory()
-    return recorded, calibrations
+    return recorded, calibrations, inexact
 
 
 def _run_and_write(

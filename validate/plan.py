@@ -12,22 +12,37 @@ import torch
 from contracts import UsageError
 from contracts.files import check_output_folder
 from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
+from contracts.trees import parse_tree
 from model.acceptance_control import parse_spec
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
+from sim.trees import TREE_SCHEDULES
+
+TREE_HEADS = ("dense",)  # the simulator charges a tree's head as one step of the chain's dense head
 
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration of the matrix; the baseline has no draft (head dense, K 0)."""
+    """One configuration of the matrix; the baseline has no draft (head dense, K 0). A tree
+    configuration (contracts.trees label) has K = the tree's depth."""
 
     schedule: str
     head: str
     K: int
+    tree: str = "chain"
 
     @property
     def name(self) -> str:
-        return "baseline" if self.schedule == "baseline" else f"{self.schedule}-{self.head}-K{self.K}"
+        if self.schedule == "baseline":
+            return "baseline"
+        if self.tree != "chain":
+            return f"{self.schedule}-{self.head}-tree{tree_slug(self.tree)}"
+        return f"{self.schedule}-{self.head}-K{self.K}"
+
+
+def tree_slug(label: str) -> str:
+    """A tree label as a file name's part: dynamic:4,16,4 -> dynamic4.16.4, paths:0;1;0.0 -> paths0_1_0.0."""
+    return label.replace(":", "").replace(",", ".").replace(";", "_")
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -40,10 +55,20 @@ def parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def matrix(schedules, heads, ks) -> list[Config]:
-    """The baseline once, then every (schedule, head, K), grouped by (K, head): one decoder per group."""
+def matrix(schedules, heads, ks, trees: tuple = ("chain",)) -> list[Config]:
+    """The baseline once, then every chain (schedule, head, K), grouped by (K, head), then every tree
+    with the schedules and heads trees run with (validate/trees.py), grouped by tree: one decoder per
+    group."""
     configs = [Config("baseline", "dense", 0)] if "baseline" in schedules else []
-    return configs + [Config(s, h, K) for K in ks for h in heads for s in schedules if s != "baseline"]
+    if "chain" in trees:
+        configs += [Config(s, h, K) for K in ks for h in heads for s in schedules if s != "baseline"]
+    for tree in trees:
+        if tree != "chain":
+            depth = parse_tree(tree).depth
+            configs += [
+                Config(s, h, depth, tree) for h in TREE_HEADS if h in heads for s in schedules if s in TREE_SCHEDULES
+            ]
+    return configs
 
 
 def timeline_config(configs: list[Config]) -> Config | None:

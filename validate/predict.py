@@ -48,12 +48,15 @@ def predict(
             profile = sampled_profile(profile, regime, notes)
         row = simulate(profile.costs[regime], sim_config, source, source.generations, ceiling=False)
         return row, notes
-    rows, resolved = run(_scenario(profile_path, trace_path, config, probes, placement, graphs, edits), ceiling=False)
+    rows, resolved = run(
+        scenario_for(profile_path, trace_path, config, probes, placement, graphs, edits), ceiling=False
+    )
     return rows[-1], resolved.notes
 
 
-def _scenario(profile_path, trace_path, config: Config, probes, placement: str, graphs: bool, edits) -> Scenario:
-    """The simulator's scenario for a recorded speculative configuration: its own trace, replayed."""
+def scenario_for(profile_path, trace_path, config: Config, probes, placement: str, graphs: bool, edits) -> Scenario:
+    """The simulator's scenario for a recorded speculative configuration: its own trace, replayed (a
+    tree's too: the simulator replays a trace recorded with the very tree, sim/trees.py)."""
     return Scenario(
         profile=str(profile_path),
         acceptance=f"trace:{trace_path}",
@@ -64,6 +67,7 @@ def _scenario(profile_path, trace_path, config: Config, probes, placement: str, 
         placement=placement,
         graphs="on" if graphs else "off",
         edits=tuple(edits),
+        tree=None if config.tree == "chain" else config.tree,
     )
 
 
@@ -72,7 +76,7 @@ def predict_timeline(
 ) -> tuple[list[tuple], dict]:
     """The simulator's timeline (contracts.timeline intervals, otherData) of a recorded speculative
     configuration's first generation, from the same scenario as `predict`'s."""
-    return timeline(_scenario(profile_path, trace_path, config, probes, placement, graphs, edits))
+    return timeline(scenario_for(profile_path, trace_path, config, probes, placement, graphs, edits))
 
 
 def phase_rows(summary: dict, predicted: dict) -> list[dict]:

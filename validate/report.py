@@ -32,6 +32,8 @@ class Result:
     phases: list[dict]  # predict.phase_rows
     trace: str  # path of the trace, relative to the report
     profile_only: dict | None = None  # the simulator's row from the profile alone, when calibrated
+    measured_accepted: float | None = None  # mean accepted draft tokens (a tree's path length) per round
+    by_control: dict | None = None  # a tree's prediction from the control's rule (validate/trees.py)
 
     @property
     def profile_only_error(self) -> float | None:
@@ -54,6 +56,24 @@ class Result:
     @property
     def closed_error(self) -> float:
         return (self.closed.tok_s - self.measured_tok_s) / self.measured_tok_s
+
+    @property
+    def control_errors(self) -> tuple[float, float] | None:
+        """A tree's (mean accepted length, tok/s) errors when predicted from the control's rule."""
+        if self.by_control is None or not self.measured_accepted:
+            return None
+        accepted = (self.by_control["mean_accepted"] - self.measured_accepted) / self.measured_accepted
+        return accepted, (self.by_control["decode_tok_s"] - self.measured_tok_s) / self.measured_tok_s
+
+
+def _exactness(inexact: list[str] | None) -> list[str]:
+    """The outputs line: whether every recorded greedy generation under acceptance control equals the
+    target's reference (none: not known, e.g. sampled, uncontrolled or predicted again from runs)."""
+    if inexact is None:
+        return []
+    if not inexact:
+        return ["- Outputs: every recorded generation equals the target's greedy reference token for token"]
+    return [f"- Outputs: **NOT exact** against the target's greedy reference: {', '.join(inexact)}"]
 
 
 def _pct(x: float) -> str:
@@ -121,6 +141,66 @@ def errors_summary(results: list[Result]) -> dict:
     return summary
 
 
+TREE_HEADERS = [
+    "configuration",
+    "measured accepted/round",
+    "rule accepted/round",
+    "error",
+    "measured tok/s",
+    "rule tok/s",
+    "error",
+]
+
+
+def tree_section(results: list[Result]) -> list[str]:
+    """The trees' acceptance predicted from the control's rule against measured (none: no lines)."""
+    ruled = [r for r in results if r.control_errors is not None]
+    if not ruled:
+        return []
+    rows = [
+        [
+            r.config.name,
+            _f(r.measured_accepted, 3),
+            _f(r.by_control["mean_accepted"], 3),
+            _pct(r.control_errors[0]),
+            _f(r.measured_tok_s),
+            _f(r.by_control["decode_tok_s"]),
+            _pct(r.control_errors[1]),
+        ]
+        for r in ruled
+    ]
+    spreads = [
+        [name, f"{100 * median:.1f}%", f"{100 * most:.1f}%"] for name, (median, most) in tree_errors(ruled).items()
+    ]
+    return [
+        "## Token trees: acceptance predicted from the control's rule",
+        "",
+        f"Under acceptance control a={ruled[0].by_control['a']:g} a node's top-k children hold the target's token "
+        "with probability 1-(1-a)^k at every depth. Here the simulator draws each tree's acceptance from that rule "
+        f"alone, not from the trace, on the runs' own prompts and lengths, with the same profile and calibration "
+        f"(mean over {ruled[0].by_control['seeds']} seeds of its draws). A dynamic tree picks its nodes by the "
+        "synthetic draft's own probabilities, which the rule does not know: the simulator stands in a static tree "
+        "for it (docs/design.md), so its rule prediction is an approximation. The results table above predicts "
+        "every tree by replaying its trace, as every chain.",
+        "",
+        *_md_table(TREE_HEADERS, rows),
+        "",
+        *_md_table(["from the rule", "median absolute error", "max absolute error"], spreads),
+        "",
+    ]
+
+
+def tree_errors(results: list[Result]) -> dict:
+    """Median and max absolute error of the rule's mean accepted length and tok/s over the trees it predicted."""
+    errors = [r.control_errors for r in results if r.control_errors is not None]
+    if not errors:
+        return {}
+    return {
+        name: (statistics.median(abs(e[i]) for e in errors), max(abs(e[i]) for e in errors))
+        for i, name in enumerate(("mean accepted length", "tok/s"))
+    }
+
+
 def diagnosis(r: Result) -> str:
     """Which phase carries a miss: the phase totals furthest apart, against the decode-time difference."""
     c = error_carrier(r.phases)
@@ -166,6 +246,7 @@ def markdown(results: list[Result], meta: dict) -> str:
             else "the runs' warm-up generations are not in their traces"
         ),
         f"- Command: `{meta['command']}`",
+        *_exactness(meta.get("inexact")),
         "- Calibration: "
         + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else "none (the profile's costs as measured)"),
         "",
@@ -215,6 +296,7 @@ def markdown(results: list[Result], meta: dict) -> str:
         *_md_table(HEADERS, [_cells(r) for r in results]),
         "",
     ]
+    lines += tree_section(results)
     missed = [r for r in results if abs(r.error) > THRESHOLD]
     lines += [f"## Configurations off by more than {100 * THRESHOLD:.0f}%", ""]
     lines += [diagnosis(r) for r in missed] if missed else ["None."]
@@ -285,6 +367,7 @@ def csv_text(results: list[Result]) -> str:
             "schedule": r.config.schedule,
             "head": r.config.head,
             "K": r.config.K,
+            "tree": r.config.tree,
             "probes": r.probes,
             "prompts": len(s["per_prompt"]),
             "decode_tokens": s["decode_tokens"],
@@ -313,6 +396,13 @@ def csv_text(results: list[Result]) -> str:
                 row[f"{x['phase']}_{key}"] = x[key]
         row["profile_only_tok_s"] = r.profile_only["decode_tok_s"] if r.profile_only else None
         row["profile_only_error"] = r.profile_only_error
+        row["measured_mean_accepted"] = r.measured_accepted
+        row["predicted_mean_accepted"] = r.predicted.get("mean_accepted")
+        control = r.control_errors
+        row["control_rule_mean_accepted"] = r.by_control["mean_accepted"] if control else None
+        row["control_rule_accepted_error"] = control[0] if control else None
+        row["control_rule_tok_s"] = r.by_control["decode_tok_s"] if control else None
+        row["control_rule_error"] = control[1] if control else None
         row["trace"] = r.trace
         rows.append(row)
     buffer = io.StringIO()

@@ -39,12 +39,14 @@ def load_pair(
     max_K: int,
     clustering: str | None,
     head_assets: str | None = None,
+    nodes: int = 0,
 ) -> tuple[Pair, Workload]:
     """Both models (seeds as python -m model and python -m measure use them), with static caches sized
-    for the longest prompt, a reference continuation and a look-ahead; and the prompts' token ids."""
+    for the longest prompt, a reference continuation, a look-ahead and a verify of `nodes` tree nodes
+    (or as wide); and the prompts' token ids."""
     pair = model_pair.load_pair(target, draft, placement, dtype, seed, clustering=clustering, head_assets=head_assets)
     ids = [pair.target.tokenizer.encode(p.text) for p in prompts]
-    pair.size_caches([len(x) for x in ids], reference_len, max_K)
+    pair.size_caches([len(x) for x in ids], reference_len, max_K, nodes)
     return pair, Workload(prompts, ids)
 
 
@@ -127,6 +129,8 @@ def run_config_dict(
         "max_new_tokens": max_new,
         "prompts": [p.id for p in prompts],
     }
+    if config.tree != "chain":
+        out["tree"] = config.tree
     if control is not None and config.K:
         out["acceptance_control"] = control.describe()
     if not sampling.greedy:
