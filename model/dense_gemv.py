@@ -15,8 +15,8 @@ few megabytes still has every SM loading.
 - A launch configuration (tile, splits, warps, stages) is chosen per weight shape, never per row
   count: up to 16 rows, a row's result depends only on that row and the shape, bit for bit.
 - The draft runs it through `Route` (`attach`): its fused forward sends a projection of at most
-  `rows` rows here, and wider ones (the prompt) to F.linear. DRAFT_ROWS, the default for drafts,
-  stays None (off) until `python -m measure.routes --routes draft-gemv` shows the step is faster.
+  `rows` rows here, and wider ones (the prompt) to F.linear. DRAFT_ROWS is the default for drafts,
+  since `python -m measure.routes --routes draft-gemv` showed the step faster with it.
 
 Where the kernels run: model/triton_support.py.
 """
@@ -32,10 +32,22 @@ from model.triton_support import launching_on, tl, triton
 
 BLOCK_M = 16  # rows per program: tl.dot's least
 MAX_ROWS = 16  # rows up to which the route takes a projection (one row block: the launch does not depend on M)
-DRAFT_ROWS: int | None = None  # drafts' default (model/pair.py, measure/speed*.py); MAX_ROWS once measured faster
-# launch per weight shape (in, out); splits None: split_count's choice. Filled from measure.routes' sweep.
+# drafts' default (model/pair.py, measure/speed*.py): on one H200 the Qwen3-0.6B draft step at context 300
+# took 1.172 ms with the route against 1.415 ms without (reports/speed/h200_routes_gemv.json)
+DRAFT_ROWS: int | None = MAX_ROWS
+# launch per weight shape (in, out); splits None: split_count's choice. The fastest of measure.routes'
+# sweep over 1, 4 and 16 rows on one H200 (reports/speed/h200_routes_gemv.json): Qwen3-0.6B, then Llama-3.2-1B
 DEFAULT_LAUNCH = {"BLOCK_N": 64, "BLOCK_K": 128, "splits": None, "num_warps": 4, "num_stages": 4}
-LAUNCHES: dict[tuple[int, int], dict] = {}
+LAUNCHES: dict[tuple[int, int], dict] = {
+    (1024, 4096): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 1, "num_warps": 4, "num_stages": 4},
+    (2048, 1024): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 8, "num_warps": 4, "num_stages": 4},
+    (1024, 6144): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 1, "num_warps": 4, "num_stages": 4},
+    (3072, 1024): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 8, "num_warps": 4, "num_stages": 3},
+    (2048, 3072): {"BLOCK_N": 32, "BLOCK_K": 256, "splits": 1, "num_warps": 4, "num_stages": 3},
+    (2048, 2048): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 4, "num_warps": 4, "num_stages": 4},
+    (2048, 16384): {"BLOCK_N": 64, "BLOCK_K": 128, "splits": 1, "num_warps": 4, "num_stages": 4},
+    (8192, 2048): {"BLOCK_N": 128, "BLOCK_K": 128, "splits": 8, "num_warps": 8, "num_stages": 4},
+}
 
 
 def launch_for(in_features: int, out_features: int) -> dict:
