@@ -87,6 +87,30 @@ def test_draw_equals_todays_race_for_every_head(head_kind, temperature):
     assert changed >= 4  # the control: a changed hash draws other tokens
 
 
+def test_draw_over_scored_tokens_equals_the_draw_over_the_vocabulary():
+    """A head's scored slots (token ids out of order, a repeated one at q = 0): the kernels key the noise
+    by the token ids, equal to sampling.race_scored and to the draw over the whole vocabulary; keyed by
+    slot they draw other tokens (the control)."""
+    generator = torch.Generator().manual_seed(5)
+    workspace = sampling_noise.new_workspace(DEVICE)
+    by_slot = 0
+    for row in range(8):
+        ids = torch.cat([torch.randperm(2500, generator=generator)[:1200], torch.tensor([17])]).to(DEVICE)
+        q = torch.softmax(torch.randn(1, 1201, generator=generator), -1).to(DEVICE)
+        q[0, -1] = 0.0
+        seed, position = _seed(row), torch.tensor([11 * row + 2], device=DEVICE)
+        got = sampling_noise.draw(q, seed, position, workspace, launch=SMALL, tokens=ids.view(1, -1))
+        noise = sampling.exponentials(sampling.keys(seed, position, sampling.DRAFT), ids)[0]
+        assert got.item() == sampling.race_scored(q[0], noise, ids).item()
+        full = torch.zeros(1, 2500, device=DEVICE).index_copy_(1, ids[:-1], q[:, :-1])
+        assert got.item() == _reference_draw(full, seed, position).item()
+        by_slot += ids[sampling_noise.draw(q, seed, position, workspace, launch=SMALL)].item() != got.item()
+    assert not workspace.any()
+    assert by_slot >= 6
+    uniforms = sampling_noise.uniforms(_seed(1), torch.tensor([3], device=DEVICE), 0, 1201, launch=SMALL, tokens=ids)
+    assert torch.equal(uniforms, sampling.uniforms(sampling.keys(_seed(1), torch.tensor([3], device=DEVICE), 0), ids))
+
+
 def test_an_all_zero_row_and_a_late_winner():
     """Every quotient 0: torch.argmax's lowest index. A single positive entry in the last program wins."""
     seed, position = _seed(0), torch.tensor([4], device=DEVICE)
