@@ -212,16 +212,24 @@ def test_head_cost_refuses_a_bad_temperature_in_one_line(tmp_path, capsys):
 
 def test_sampled_line_shows_each_draw_and_the_agreement():
     timing = {"median_ms": 0.0125, "p10_ms": 0.012, "p90_ms": 0.013}
-    result = {"temperature": 0.7, "timings": {"q": timing, "q + kernel draw": timing}, "same_tokens": 1.0}
+    result = {"temperature": 0.7, "timings": {"scored q": timing, "scored q + draw": timing}, "same_tokens": 1.0}
     line = draft_sampling_cost.format_sampled("flashhead:64", result)
-    assert line.startswith("flashhead:64") and "T=0.7" in line and "q + kernel draw   12.50 us" in line
+    assert line.startswith("flashhead:64") and "T=0.7" in line and "scored q + draw   12.50 us" in line
     assert line.endswith("same tokens 1.000")
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="times CUDA graphs")
 def test_sampled_rows_agree_on_a_gpu():
-    weight = torch.randn(151_936, 1024, device=DEVICE).to(torch.bfloat16)
-    states = [(torch.randn(1, 1024, device=DEVICE).to(torch.bfloat16),) for _ in range(2)]
-    result = draft_sampling_cost.sampled_rows(DenseHead(weight), states, SamplingSettings(temperature=0.7), DEVICE, 3)
-    assert result["same_tokens"] == 1.0
-    assert set(result["timings"]) == {"q", "q + torch hash draw", "q + kernel draw"}
+    """On the GPU too, q over the scored tokens draws what q over the vocabulary draws, for every head."""
+    weight = torch.randn(20_000, 256, device=DEVICE).to(torch.bfloat16)
+    states = [(torch.randn(1, 256, device=DEVICE).to(torch.bfloat16),) for _ in range(2)]
+    heads = {
+        "dense": DenseHead(weight),
+        "flashhead": FlashHead(weight, build_clustering(weight, iters=3, seed=0), probes=64),
+        "shortlist": ShortlistHead(weight, torch.randperm(20_000, device=DEVICE)[:4096]),
+    }
+    for name, head in heads.items():
+        for settings in (SamplingSettings(temperature=0.7), SamplingSettings(temperature=1.0, top_k=50, top_p=0.9)):
+            result = draft_sampling_cost.sampled_rows(head, states, settings, DEVICE, 3)
+            assert result["same_tokens"] == 1.0, (name, settings)
+            assert set(result["timings"]) == {"vocabulary q + draw", "scored q", "scored q + draw"}
