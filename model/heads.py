@@ -162,10 +162,15 @@ class FlashHead:
         """hidden [..., d] -> (token ids [n, N], float32 logits [n, N]) of the probed clusters' tokens
         and the always-scored ones: sampling draws from these only. A token in two slots (a padded
         cluster repeats its own tokens; an always-scored token may be probed too) is -inf in all but
-        its first. The clusters are chosen by torch.topk on either backend (ties may pick other
-        clusters than the Triton selection; any shortlist keeps sampling exact)."""
+        its first. The clusters are chosen as `argmax` chooses them (the Triton selection, or torch.topk:
+        they differ only among tied clusters, and any choice keeps sampling exact)."""
         h = _flat(hidden, self.weight)
-        cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
+        if self.backend == "triton":
+            work = _workspace(self._workspaces, h)
+            cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes, work)
+            flashhead_triton.end_call(work)
+        else:
+            cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
         ids = self.members[cluster_ids].reshape(h.shape[0], -1)
         first = self.first_slots[cluster_ids].reshape(h.shape[0], -1)
         if self.always.numel():

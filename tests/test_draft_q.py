@@ -8,7 +8,7 @@ draw keyed by slot instead of token id draws other tokens."""
 import pytest
 import torch
 
-from model import draft_q, sampling
+from model import draft_q, sampling, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
@@ -173,3 +173,19 @@ def test_decoder_with_scored_q_emits_the_dense_q_tokens(pair, head):
     # the control: the same comparison catches a draw keyed by slot
     compact.noise_on_draft = KeyedBySlot(compact.noise_on_draft)
     assert _generations(compact, ("deferred",), range(3)) != _generations(dense, ("deferred",), range(3))
+
+
+@pytest.mark.skipif(not triton_support.runs_on(torch.device("cpu")), reason="needs triton's interpreter")
+def test_flashhead_triton_selection_scores_the_same_tokens():
+    """The triton backend picks the probed clusters with its selection kernels (float32 here: the
+    interpreter's bf16 is not exact): the same q laid out over the vocabulary as torch.topk's choice, and
+    its workspace stays right for the greedy calls between sampled ones."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(1000, 32, generator=generator)
+    clustering = build_clustering(weight, cluster_size=16, iters=2, seed=0)
+    heads = [FlashHead(weight, clustering, probes=6, always_tokens=(3,), backend=b) for b in ("triton", "torch")]
+    for _ in range(4):
+        hidden = torch.randn(1, 32, generator=generator) * 0.2
+        fused, reference = (draft_q.probabilities(h.logits(hidden), SETTINGS[2]) for h in heads)
+        assert torch.equal(fused, reference) and int((fused > 0).sum()) > 1
+        assert torch.equal(heads[0].argmax(hidden), heads[1].argmax(hidden))
