@@ -5,10 +5,12 @@ and every head that scores part of the vocabulary (FlashHead, per-position Flash
 router). Controls show each comparison can fail: a float softmax's sum depends on the layout, and a
 draw keyed by slot instead of token id draws other tokens."""
 
+import warnings
+
 import pytest
 import torch
 
-from model import draft_q, sampling, triton_support
+from model import draft_q, sampling, schedules, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
@@ -158,14 +160,14 @@ def test_decoder_with_scored_q_emits_the_dense_q_tokens(pair, head):
     target, draft = pair
     make = _heads(draft)[head]
     accepted = proposed = 0
-    for settings, schedules, samples in ((SETTINGS[0], SPECULATIVE, range(3)), (SETTINGS[3], ("deferred",), range(3))):
+    for settings, names, samples in ((SETTINGS[0], SPECULATIVE, range(3)), (SETTINGS[3], ("deferred",), range(3))):
         compact = Decoder(
             target, draft, _layout(draft, make, False), K=2, graphs=False, phases=False, sampling=settings
         )
         dense = Decoder(target, draft, _layout(draft, make, True), K=2, graphs=False, phases=False, sampling=settings)
         assert compact.q_width < dense.vocab_size and dense.q_width is None
-        got = _generations(compact, schedules, samples)
-        assert got == _generations(dense, schedules, samples), head
+        got = _generations(compact, names, samples)
+        assert got == _generations(dense, names, samples), head
         assert not compact._q_rows.any()  # the verify's row buffer is left zeroed
         accepted += sum(a for _, rounds in got for a in rounds)
         proposed += sum(2 * len(rounds) for _, rounds in got)
@@ -189,3 +191,54 @@ def test_flashhead_triton_selection_scores_the_same_tokens():
         fused, reference = (draft_q.probabilities(h.logits(hidden), SETTINGS[2]) for h in heads)
         assert torch.equal(fused, reference) and int((fused > 0).sum()) > 1
         assert torch.equal(heads[0].argmax(hidden), heads[1].argmax(hidden))
+
+
+def _syncs_in_the_decode_loop(decoder, prompt) -> tuple[int, int, int]:
+    """(synchronizing calls flagged by CUDA's sync debug mode, round reads, rounds) of one deferred run."""
+    reads = []
+    read, decode = decoder.read, schedules.RUNNERS["deferred"]
+
+    def counted(*values):
+        reads.append(values)
+        return read(*values)
+
+    def watched(d, run):
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            decode(d, run)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        patch.setattr(decoder, "read", counted)
+        patch.setitem(schedules.RUNNERS, "deferred", watched)
+        warnings.simplefilter("always")
+        generation = decoder.generate(prompt, 40, "deferred")
+    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
+    return len(syncs), len(reads), len(generation.rounds)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
+def test_scored_q_in_cuda_graphs_equals_the_dense_q_with_no_extra_sync():
+    """On a GPU, graphs on (the Triton selection, noise and verify kernels): a FlashHead and a router
+    draft's compact q emit the dense-q layout's tokens, and the decode loop syncs only in its reads."""
+    device = torch.device("cuda:0")
+    target = load_model("tiny-qwen3", device, "float32", seed=1, max_seq_len=160).model
+    draft = load_model("tiny-qwen3-draft", device, "float32", seed=2, max_seq_len=160).model
+    settings = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=3)
+    prompt = list(b"Speculative decoding on the GPU.")
+    weight = draft.head_weight
+    router = _router(draft)
+    makers = {
+        "flashhead": lambda: FlashHead(weight, build_clustering(weight, seed=0), probes=4),
+        "router": lambda: RouterHead(weight, draft.embed_tokens.weight, router, router.clusters // 2),
+    }
+    for name, make in makers.items():
+        compact = Decoder(target, draft, make(), K=3, graphs=True, phases=False, sampling=settings)
+        dense = Decoder(target, draft, DenseLayout(make()), K=3, graphs=True, phases=False, sampling=settings)
+        for schedule in SPECULATIVE:
+            for sample in (0, 1):
+                got = compact.generate(prompt, 40, schedule, sample).tokens
+                assert got == dense.generate(prompt, 40, schedule, sample).tokens, (name, schedule)
+        syncs, reads, rounds = _syncs_in_the_decode_loop(compact, prompt)
+        assert syncs == reads == rounds, name
