@@ -10,13 +10,13 @@ clusters capped at twice the mean size; an untrained MLP, which costs what a tra
 Each at the budgets of --heads. Per head: device time per call inside a CUDA graph with L2 evicted
 (`measure.timing.time_in_graph`), its bandwidth floor (bytes it must read / the measured copy rate)
 and the dense head's time over it; then the draft step (body at context 300 and the head, one graph
-replay per step, as python -m measure.speed times it). With --temperature T > 0, each head that
-samples (dense, FlashHead, shortlist) also gets `sampled` (measure/draft_sampling_cost.py): forming q,
-and q with the torch hash draw against q with the kernels' draw, in graph, with the share of draws
-that agree. Needs a CUDA GPU and triton.
+replay per step, as python -m measure.speed times it). With --temperature T > 0, every head also
+gets `sampled` (measure/draft_sampling_cost.py): q laid out over the vocabulary with its draw, against
+q over the head's scored tokens alone (formed, and with its draw: the decoder's sampled head step), in
+graph, with the share of draws on which the two agree. Needs a CUDA GPU and triton.
 
     python -m measure.head_cost --out sampled.json --temperature 0.7 \
-        --heads dense+flashhead:64+flashhead:296+flashhead:593+shortlist:8192
+        --heads dense+flashhead:64+flashhead:296+flashhead:593+shortlist:8192+router:128
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) 
             "draft_step": draft_step,
         }
         rows.append(row)
-        if not settings.greedy and hasattr(head, "logits"):  # shortlist and router heads only decode greedily
+        if not settings.greedy:
             row["sampled"] = sampled_rows(head, states, settings, device, reps)
             print(format_sampled(name, row["sampled"]), flush=True)
         print(

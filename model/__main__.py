@@ -330,8 +330,6 @@ def _check_numbers(args) -> None:
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
     args.head_spec = parse_head(args.head)
-    if args.temperature > 0 and args.head_spec.kind == "router":
-        raise UsageError("--temperature > 0 needs --head dense, flashhead or shortlist (a q); router is greedy")
     if args.head_spec.kind != "flashhead" and (args.probes is not None or args.clustering):
         raise UsageError("--probes and --clustering apply to --head flashhead only")
     if args.probes is not None and args.head_spec.budgets:

@@ -30,7 +30,7 @@ from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
 from contracts.trees import CHAIN, TreeShape
-from model import sampling, schedules
+from model import draft_q, sampling, schedules
 from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
@@ -245,21 +245,33 @@ def _ms(interval) -> float:
 
 @dataclass
 class Proposals:
-    """Draft proposals: tokens [n] and, when sampling, the draft's distributions q [n, V] they were
-    drawn from (None when greedy). Slicing and `.to` keep the two together."""
+    """Draft proposals: tokens [n] and, when sampling, the draft's distributions q they were drawn
+    from (None when greedy): q [n, V] over the vocabulary, or, from a head that scores N tokens
+    (model/draft_q.py), q [n, N] over the token ids `scored` [n, N] (zero on every other token).
+    Slicing and `.to` keep them together."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None = None
+    scored: torch.Tensor | None = None
 
     def __getitem__(self, index: slice) -> Proposals:
-        return Proposals(self.tokens[index], None if self.probs is None else self.probs[index])
+        return Proposals(*(None if t is None else t[index] for t in self._fields()))
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Proposals:
-        probs = None if self.probs is None else self.probs.to(device, non_blocking=non_blocking)
-        return Proposals(self.tokens.to(device, non_blocking=non_blocking), probs)
+        return Proposals(*(None if t is None else t.to(device, non_blocking=non_blocking) for t in self._fields()))
+
+    def _fields(self) -> tuple:
+        return self.tokens, self.probs, self.scored
 
     def numel(self) -> int:
         return self.tokens.numel()
+
+    def q_of_tokens(self, count: int) -> torch.Tensor:
+        """q_i(d_i) [count] of the first `count` proposals (exact: the scored row holds d_i once)."""
+        drafted = self.tokens[:count].view(-1, 1)
+        if self.scored is None:
+            return self.probs[:count].gather(1, drafted)[:, 0]
+        return torch.where(self.scored[:count] == drafted, self.probs[:count], 0.0).sum(dim=1)
 
 
 @dataclass
@@ -417,10 +429,11 @@ class Decoder:
         self._target = GraphedCall(self._target_fn, enabled=graphs)
         self._body = GraphedCall(self._body_fn, enabled=graphs)
         heads = heads_by_position(draft_head) if draft_head is not None else []
-        if not sampling.greedy and not all(hasattr(head, "logits") for head in heads):
-            raise UsageError(
-                "sampling needs a dense, FlashHead or shortlist draft head (their q); router heads are greedy"
-            )
+        # sampling: q's width per draft step (None: over the vocabulary), and a zeroed [K, V] row
+        # buffer into which `_dense_q` scatters a round's scored q for the verify, and clears it after
+        scored = not sampling.greedy and not all(isinstance(head, DenseHead) for head in heads)
+        self.q_width = max(head.scored_width for head in heads) if scored else None
+        self._q_rows = torch.zeros(K, self.vocab_size, device=self.target_device) if scored else None
         self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
         # each model drafter's (body, heads by draft position, device, stream); `drafting`
         # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
@@ -460,13 +473,15 @@ class Decoder:
 
     def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, head):
         """The proposal for position `pos` by `head` (`fed` [1, 1]: the last token the body was fed
-        this step, which the router head reads): its argmax (greedy), or (token [1], q [1, V]) drawn
-        from q by the race on the draft noise keyed at `pos` (sampling)."""
+        this step, which the router head reads): its argmax (greedy), or (token [1], q [1, N], the
+        token ids [1, N] of q's slots or None where N is the vocabulary) with the token drawn from q by
+        the race on the draft noise keyed at `pos` (sampling; model/draft_q.py)."""
         if self.sampling.greedy:
             token = head.argmax(hidden, fed)
             return token if self.control is None else self.control.propose(token, pos)
-        q = sampling.probabilities(head.logits(hidden), self.sampling)
-        return self.noise_on_draft.draw(q, self.seed_on_draft, pos), q
+        scored, logits = head.scored_logits(hidden, fed)
+        q = draft_q.probabilities(logits, self.sampling, scored)
+        return self.noise_on_draft.draw(q, self.seed_on_draft, pos, scored), q, scored
 
     def _capture(self) -> None:
         """Capture every graph the schedules use now, before anything is timed. Dummy steps write
@@ -644,11 +659,14 @@ class Decoder:
         self, tokens: torch.Tensor, start: torch.Tensor, steps: int, drafter: str = "draft-model", shift: int = 0
     ) -> Proposals:
         """`steps` draft steps (body, then head) of a model drafter from tokens [1, n] at start..;
-        proposals [steps] on the drafter's device (with their q [steps, V] when sampling). Step i uses
+        proposals [steps] on the drafter's device (with their q when sampling: `Proposals`). Step i uses
         the head of draft position max(0, i + shift)."""
         body, heads, device, stream = self.steppers[drafter]
         proposals = Proposals(torch.empty(steps, dtype=torch.long, device=device))
-        if not self.sampling.greedy:
+        if self.q_width is not None:  # scored q: a head scoring fewer than q_width slots leaves zeros (token 0, q 0)
+            proposals.probs = torch.zeros(steps, self.q_width, device=device)
+            proposals.scored = torch.zeros(steps, self.q_width, dtype=torch.long, device=device)
+        elif not self.sampling.greedy:
             proposals.probs = torch.empty(steps, self.vocab_size, device=device)
         for i in range(steps):
             self._event("draft_step", stream, tokens.shape[1])
@@ -657,9 +675,11 @@ class Decoder:
             with self.clock.phase("draft_head", device):
                 head = heads[min(max(0, i + shift), len(heads) - 1)]
                 token = head(hidden, start, tokens[:, -1:])
-                if proposals.probs is not None:  # sampling: (token, q)
-                    token, q = token
-                    proposals.probs[i : i + 1] = q
+                if proposals.probs is not None:  # sampling: (token, q, its token ids or None)
+                    token, q, scored = token
+                    proposals.probs[i : i + 1, : q.shape[1]] = q
+                    if scored is not None:
+                        proposals.scored[i : i + 1, : q.shape[1]] = scored
                 proposals.tokens[i : i + 1] = token
             tokens = token.view(1, 1)
         return proposals
@@ -689,8 +709,7 @@ class Decoder:
         gets the draft rank's proposals on every rank (a broadcast)."""
         if self.tensor_parallel is not None:
             moved = x.to(self.target_device, non_blocking=True)
-            share = self.tensor_parallel.share
-            return Proposals(share(moved.tokens), None if moved.probs is None else share(moved.probs))
+            return Proposals(*(None if t is None else self.tensor_parallel.share(t) for t in moved._fields()))
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream
@@ -751,7 +770,7 @@ class Decoder:
             return drafts.tokens[:1] == run.pending
         d1 = drafts.tokens[:1].view(1, 1)
         u1 = self._accept_uniforms(run, 1)
-        return u1 * drafts.probs[:1].gather(1, d1)[:, 0] < run.pending.gather(1, d1)[:, 0]
+        return u1 * drafts.q_of_tokens(1) < run.pending.gather(1, d1)[:, 0]
 
     def _accept_uniforms(self, run: Run, drafted: int) -> torch.Tensor:
         """The accept numbers [drafted] of the positions p+1.. after f (at p); acceptance control
@@ -764,10 +783,10 @@ class Decoder:
         """The race noise [V] of the round whose f is at position `at` [1]: it draws the round's final token."""
         return self.noise_on_target.exponentials(self.seed_on_target, at, sampling.RACE, self.vocab_size)[0]
 
-    def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor, draft_probs: torch.Tensor | None = None):
+    def settle(self, run: Run, seq: torch.Tensor, preds: torch.Tensor, drafts: Proposals | None = None):
         """Accept and emit on the device. seq = [f, d1..dk]. Greedy: preds[i] = the target's token
         after seq[i]; accepted a = leading matches of d with preds, the new f = preds[a]. Sampling:
-        preds [k+1, V] = the target's distributions, draft_probs [k, V] = q of d1..dk, and
+        preds [k+1, V] = the target's distributions, drafts' q = those of d1..dk (None: the baseline), and
         the round's verification (`self.verifier`: the fused kernel of model/sampling_triton.py on a
         GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. The cursor moves to
         f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
@@ -778,11 +797,12 @@ class Decoder:
             a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
             f = preds.gather(0, a)
         else:
-            if draft_probs is None:  # the baseline: no draft tokens
-                draft_probs = preds[:0]
+            draft_probs = preds[:0] if drafts is None else self._dense_q(drafts)  # the baseline: no draft tokens
             accept = self._accept_uniforms(run, drafted)
             verify = self.verifier if drafted else sampling.verify_block_reference  # the kernel needs K >= 1
             a, f = verify(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
+            if drafts is not None and drafts.scored is not None:  # leave the row buffer zeroed
+                draft_probs.scatter_(1, drafts.scored, 0.0)
         block = torch.cat([seq[1:], f]).scatter_(0, a, f)
         run.out.index_copy_(0, run.n + self.positions[: drafted + 1], block)
         if self.eos_id is not None:
@@ -792,6 +812,13 @@ class Decoder:
         run.accepted[index : index + 1] = a
         run.cursor = torch.cat([seq.gather(0, a), f, run.cursor[2:3] + a + 1])
         return a, f
+
+    def _dense_q(self, drafts: Proposals) -> torch.Tensor:
+        """q [k, V] of the k proposals, as the verify reads it: a scored q is scattered into the zeroed
+        row buffer (a repeated or padding slot adds its 0), which `settle` clears again after the verify."""
+        if drafts.scored is None:
+            return drafts.probs
+        return self._q_rows[: drafts.numel()].scatter_add_(1, drafts.scored, drafts.probs)
 
     def read(self, *values: torch.Tensor) -> list[int]:
         """The round's one host sync: one packed read of small target-device values (it waits for

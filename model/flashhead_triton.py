@@ -144,6 +144,13 @@ def select_clusters(
     return out
 
 
+def end_call(workspace: Workspace) -> None:
+    """End a call that ran select_clusters without stage2_argmax (sampling scores the probed tokens
+    itself): count it, as stage 2's last program would, so the next call uses the other set. Stage 1
+    touches no best key and no count of stage-2 programs, so nothing else is left to reset."""
+    workspace.calls.add_(1)
+
+
 def stage2_argmax(
     hidden: torch.Tensor,
     cluster_ids: torch.Tensor,

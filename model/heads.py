@@ -1,10 +1,13 @@
 """LM heads for the draft: dense, FlashHead, a static shortlist and a learned cluster router, with
 one interface.
 
-`head.argmax(hidden [..., d], tokens=None) -> LongTensor [...]` (greedy) and, for dense, FlashHead and
-shortlist heads, `head.logits(hidden) -> [n, V]` (sampling; -inf outside the tokens a head scores) stay on the
-device with no host sync and no data-dependent Python branching, so they can run inside CUDA-graph
-capture; `tokens` is what the draft body was fed this step (only the router reads it). Every head
+`head.argmax(hidden [..., d], tokens=None) -> LongTensor [...]` (greedy) and
+`head.scored_logits(hidden, tokens=None) -> (token ids [n, N] or None, logits [n, N])` (sampling: the N
+tokens the head scores, a repeated one at -inf; None for the dense head, whose N is the vocabulary)
+stay on the device with no host sync and no data-dependent Python branching, so they can run inside
+CUDA-graph capture; `tokens` is what the draft body was fed this step (only the router reads it).
+Dense, FlashHead and shortlist heads also give `head.logits(hidden) -> [n, V]` (-inf outside the
+tokens a head scores), which token trees rank. Every head
 picks the highest logit in the head's dtype and the lowest token id among exact ties, so a head
 whose budget covers the whole vocabulary returns the dense head's token. `PositionalHead` holds one
 head per draft position (budgets per position); the decoder asks it for the head of each draft step.
@@ -16,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from model import flashhead_triton, triton_support
+from model import draft_q, flashhead_triton, triton_support
 from model.flashhead import Clustering
 
 _INDEX_BYTES = 8
@@ -50,9 +53,17 @@ class DenseHead:
     def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(_flat(hidden, self.weight), self.weight).argmax(dim=-1).reshape(hidden.shape[:-1])
 
+    @property
+    def scored_width(self) -> int:
+        return self.vocab_size
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., d] -> float32 logits [n, V], for sampling (model/sampling.py)."""
         return F.linear(_flat(hidden, self.weight), self.weight).float()
+
+    def scored_logits(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None):
+        """(None, logits [n, V]): the dense head scores every token, in token id order."""
+        return None, self.logits(hidden)
 
     def bytes_per_call(self, rows: int = 1) -> int:
         """Bytes a call must read: the whole head plus the hidden states (the bandwidth floor)."""
@@ -98,7 +109,9 @@ class FlashHead:
         self.clusters, self.cluster_size, self.probes = c, clustering.cluster_size, probes
         self.centroids = clustering.centroids.to(device=weight.device, dtype=weight.dtype).contiguous()
         self.members = clustering.members.to(device=weight.device, dtype=torch.long).contiguous()
+        self.first_slots = first_occurrences(self.members)
         self.always = torch.tensor(always, dtype=torch.long, device=weight.device)
+        self.always_clusters = clustering.assignments.to(weight.device)[self.always]
         self._workspaces: dict[int, flashhead_triton.Workspace] = {}  # per number of hidden states
 
     @property
@@ -134,19 +147,52 @@ class FlashHead:
             token = flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight, self.always)
         return token.reshape(hidden.shape[:-1])
 
+    @property
+    def scored_width(self) -> int:
+        """N, the slots of `scored_logits`: the probed clusters' tokens, then the always-scored ones."""
+        return self.probes * self.cluster_size + self.always.numel()
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., d] -> float32 logits [n, V] of the probed clusters' tokens (and always_tokens),
-        -inf elsewhere: sampling draws from the shortlist only. The clusters are chosen by torch.topk
-        on either backend (ties may pick other clusters than the Triton selection; any shortlist
-        keeps sampling exact)."""
+        -inf elsewhere (`scored_logits` laid out over the vocabulary)."""
+        tokens, scores = self.scored_logits(hidden)
+        return draft_q.dense_layout(tokens, scores, self.vocab_size, float("-inf"))
+
+    def scored_logits(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None):
+        """hidden [..., d] -> (token ids [n, N], float32 logits [n, N]) of the probed clusters' tokens
+        and the always-scored ones: sampling draws from these only. A token in two slots (a padded
+        cluster repeats its own tokens; an always-scored token may be probed too) is -inf in all but
+        its first. The clusters are chosen as `argmax` chooses them (the Triton selection, or torch.topk:
+        they differ only among tied clusters, and any choice keeps sampling exact)."""
         h = _flat(hidden, self.weight)
-        cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
-        tokens = self.members[cluster_ids].reshape(h.shape[0], -1)
+        if self.backend == "triton":
+            work = _workspace(self._workspaces, h)
+            cluster_ids = flashhead_triton.select_clusters(h, self.centroids, self.probes, work)
+            flashhead_triton.end_call(work)
+        else:
+            cluster_ids = torch.topk(F.linear(h, self.centroids), self.probes, dim=-1, sorted=False).indices
+        ids = self.members[cluster_ids].reshape(h.shape[0], -1)
+        first = self.first_slots[cluster_ids].reshape(h.shape[0], -1)
         if self.always.numel():
-            tokens = torch.cat([tokens, self.always.expand(h.shape[0], -1)], dim=1)
-        scores = torch.bmm(self.weight[tokens], h.unsqueeze(-1)).squeeze(-1).float()
-        # a padded cluster repeats its own tokens, and always_tokens may be probed too: same score, same slot
-        return torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device).scatter_(1, tokens, scores)
+            ids = torch.cat([ids, self.always.expand(h.shape[0], -1)], dim=1)
+            probed = (cluster_ids[:, :, None] == self.always_clusters[None, None, :]).any(dim=1)
+            first = torch.cat([first, ~probed], dim=1)
+        return ids, _scores(h, self.weight, ids).masked_fill(~first, float("-inf"))
+
+
+def first_occurrences(members: torch.Tensor) -> torch.Tensor:
+    """members [c, m] -> bool [c, m]: whether each slot holds the first occurrence of its token in its
+    row (a short cluster's row repeats its own ids)."""
+    ordered, order = members.sort(dim=1, stable=True)
+    repeated = torch.zeros_like(members, dtype=torch.bool)
+    repeated[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+    return torch.zeros_like(repeated).scatter_(1, order, ~repeated)
+
+
+def _scores(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """float32 logits [n, N] of tokens ids [n, N] for hidden states h [n, d]: a bmm in the head's dtype,
+    rounded to it as the dense head's F.linear is (model/flashhead_triton.stage2_reference)."""
+    return torch.bmm(weight[ids], h.unsqueeze(-1)).squeeze(-1).float()
 
 
 def _workspace(workspaces: dict, h: torch.Tensor) -> flashhead_triton.Workspace:
@@ -208,15 +254,22 @@ class ShortlistHead:
             token = flashhead_triton.stage2_argmax(h, no_clusters, self._chunk, self.weight, self.tokens, work)
         return token.reshape(hidden.shape[:-1])
 
+    @property
+    def scored_width(self) -> int:
+        return self.size
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., d] -> float32 logits [n, V] of the shortlist's tokens, -inf elsewhere: sampling
-        draws from the shortlist only (the residual restores the rest). Scored by one GEMM on the
-        shortlist's rows (the triton backend, which keeps no copy of them, gathers them per call)."""
+        """hidden [..., d] -> float32 logits [n, V] of the shortlist's tokens, -inf elsewhere."""
+        tokens, scores = self.scored_logits(hidden)
+        return draft_q.dense_layout(tokens, scores, self.vocab_size, float("-inf"))
+
+    def scored_logits(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None):
+        """hidden [..., d] -> (the shortlist's ids [n, N], float32 logits [n, N]): sampling draws from
+        the shortlist only (the residual restores the rest). Scored by one GEMM on the shortlist's rows
+        (the triton backend, which keeps no copy of them, gathers them per call)."""
         h = _flat(hidden, self.weight)
         rows = self.rows if self.rows is not None else self.weight[self.tokens]
-        scores = F.linear(h, rows).float()
-        out = torch.full((h.shape[0], self.vocab_size), float("-inf"), device=h.device)
-        return out.index_copy_(1, self.tokens, scores)
+        return self.tokens.expand(h.shape[0], -1), F.linear(h, rows).float()
 
 
 class RouterHead:
@@ -253,6 +306,7 @@ class RouterHead:
         self.vocab_size, self.hidden_size = weight.shape
         self.clusters, self.cluster_size, self.budget = router.clusters, router.members.shape[1], budget
         self.members = router.members.to(device=device, dtype=torch.long).contiguous()
+        self.first_slots = first_occurrences(self.members)
         self.layers = [t.to(device=device, dtype=torch.float32) for t in router.layers]
         self.backend = triton_support.choose_backend(backend, weight.device)
         # the previous hidden state, shared by the heads of every draft position when given
@@ -263,6 +317,11 @@ class RouterHead:
     def work_ratio(self) -> float:
         """Scored head rows (budget clusters of up to cluster_size tokens) relative to the dense head."""
         return self.budget * self.cluster_size / self.vocab_size
+
+    @property
+    def scored_width(self) -> int:
+        """N, the slots of `scored_logits`: the chosen clusters' member slots."""
+        return self.budget * self.cluster_size
 
     def bytes_per_call(self, rows: int = 1) -> int:
         """The router's weights once, then per hidden state its clusters' rows with their ids."""
@@ -295,6 +354,19 @@ class RouterHead:
         token = self.score(h, self.route(tokens.reshape(-1)[-1:], self.previous))
         self.previous.copy_(h)
         return token.reshape(hidden.shape[:-1])
+
+    def scored_logits(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None):
+        """One sampled draft step: (token ids [1, N], float32 logits [1, N]) of the routed clusters'
+        tokens, a padded cluster's repeated slots at -inf. Sampling draws from these only, like a
+        shortlist's, and the residual restores the rest. Routes as `argmax` does."""
+        if tokens is None:
+            raise UsageError("the router head needs the tokens fed to the draft body")
+        h = _flat(hidden, self.weight)
+        cluster_ids = self.route(tokens.reshape(-1)[-1:], self.previous)
+        self.previous.copy_(h)
+        ids = self.members[cluster_ids].reshape(1, -1)
+        first = self.first_slots[cluster_ids].reshape(1, -1)
+        return ids, _scores(h, self.weight, ids).masked_fill(~first, float("-inf"))
 
 
 class PositionalHead:

@@ -132,6 +132,15 @@ def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs / noise).argmax(dim=-1)
 
 
+def race_scored(probs: torch.Tensor, noise: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The race over a head's scored tokens: probs, noise, tokens [N] (token ids, noise keyed by them)
+    -> the winning token id [1]. Ties go to the lowest token id, whatever the order of the slots, so
+    this is `race` over the whole vocabulary wherever the tokens left out have probability 0."""
+    quotient = (probs / noise).view(torch.int32).long()  # >= +0: the bits order as the values
+    key = (quotient << 32) | (_MASK - tokens)
+    return tokens.gather(0, key.argmax().view(1))
+
+
 # --- the verification rule --------------------------------------------------------------------------
 def verify_block_reference(target_probs, draft_probs, draft_tokens, accept_uniforms, race_noise):
     """target_probs [K+1, V] float32 (p_1..p_{K+1}), draft_probs [K, V] float32 (q_1..q_K, zero

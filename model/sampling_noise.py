@@ -13,8 +13,10 @@ different last bit could reorder two quotients of the race. So a draw is three l
 uniforms, `torch.log`, and `_race_kernel`, which races q / -log(u) (IEEE division, as torch's `/`;
 -log(u) is exact negation) with the verify kernel's packed 64-bit atomic max (highest quotient,
 lowest token on ties: torch.argmax's choice) and a last-program ticket that returns the workspace
-to zero, so a draw needs no host sync and runs inside CUDA graphs. Where the kernels run:
-model/triton_support.py.
+to zero, so a draw needs no host sync and runs inside CUDA graphs. Given the token ids of a head's
+scored slots (model/draft_q.py), both kernels read each slot's id from them: the noise is keyed by
+the real token id and ties go to the lowest id, so a draw over the scored tokens alone is the draw over
+the whole vocabulary. Where the kernels run: model/triton_support.py.
 """
 
 from __future__ import annotations
@@ -39,10 +41,17 @@ def _shape(device: torch.device, launch: dict | None) -> dict:
 
 
 def uniforms(
-    seed: torch.Tensor, positions: torch.Tensor, purpose: int, count: int, open_interval: bool = False, launch=None
+    seed: torch.Tensor,
+    positions: torch.Tensor,
+    purpose: int,
+    count: int,
+    open_interval: bool = False,
+    launch=None,
+    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """sampling.uniforms(sampling.keys(seed, positions, purpose), arange(count)) [n, count] in one launch;
-    open_interval: the uniforms in (0, 1) that sampling.exponentials takes the -log of."""
+    """sampling.uniforms(sampling.keys(seed, positions, purpose), tokens) [n, count] in one launch, tokens
+    [count] (None: arange(count)); open_interval: the uniforms in (0, 1) that sampling.exponentials
+    takes the -log of."""
     if seed.numel() != 1 or positions.dim() != 1 or seed.dtype != torch.int64 or positions.dtype != torch.int64:
         raise UsageError("seed must be [1] int64 and positions [n] int64")
     if purpose not in (sampling.DRAFT, sampling.ACCEPT, sampling.RACE):
@@ -54,7 +63,15 @@ def uniforms(
         return out
     with launching_on(device):
         _uniform_kernel[(triton.cdiv(count, shape["BLOCK_V"]), positions.numel())](
-            seed, positions.contiguous(), out, count, PURPOSE=purpose, OPEN=open_interval, **shape
+            seed,
+            positions.contiguous(),
+            out if tokens is None else tokens.contiguous(),
+            out,
+            count,
+            PURPOSE=purpose,
+            OPEN=open_interval,
+            GATHERED=tokens is not None,
+            **shape,
         )
     return out
 
@@ -71,21 +88,43 @@ def new_workspace(device: torch.device) -> torch.Tensor:
 
 
 def draw(
-    probs: torch.Tensor, seed: torch.Tensor, position: torch.Tensor, workspace: torch.Tensor | None = None, launch=None
+    probs: torch.Tensor,
+    seed: torch.Tensor,
+    position: torch.Tensor,
+    workspace: torch.Tensor | None = None,
+    launch=None,
+    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The draft's proposal from probs [1, V] at `position` [1]: exactly
-    sampling.race(probs, sampling.exponentials(sampling.keys(seed, position, DRAFT), arange(V))), as [1] long."""
+    sampling.race(probs, sampling.exponentials(sampling.keys(seed, position, DRAFT), arange(V))), as [1] long.
+    With the token ids [1, N] of probs [1, N] (a head's scored slots): sampling.race_scored, the same token
+    as the race over the whole vocabulary with zeros elsewhere."""
     if probs.dim() != 2 or probs.shape[0] != 1 or probs.dtype != torch.float32 or probs.stride(1) != 1:
         raise UsageError(f"probs must be one contiguous float32 row [1, V], got {tuple(probs.shape)} {probs.dtype}")
+    if tokens is not None and tokens.shape != probs.shape:
+        raise UsageError(f"tokens must name the {probs.shape[1]} slots of probs, got shape {tuple(tokens.shape)}")
     device = probs.device
     V = probs.shape[1]
     shape = _shape(device, launch)
-    log_uniforms = torch.log(uniforms(seed, position.view(1), sampling.DRAFT, V, open_interval=True, launch=launch))
+    ids = None if tokens is None else tokens.view(-1)
+    log_uniforms = torch.log(
+        uniforms(seed, position.view(1), sampling.DRAFT, V, open_interval=True, launch=launch, tokens=ids)
+    )
     work = new_workspace(device) if workspace is None else workspace
     token = torch.empty(1, dtype=torch.int64, device=device)
     programs = triton.cdiv(V, shape["BLOCK_V"])
     with launching_on(device):
-        _race_kernel[(programs,)](probs, log_uniforms, work, token, V, programs, **shape)
+        _race_kernel[(programs,)](
+            probs,
+            log_uniforms,
+            token if ids is None else ids.contiguous(),
+            work,
+            token,
+            V,
+            programs,
+            GATHERED=ids is not None,
+            **shape,
+        )
     return token
 
 
@@ -114,11 +153,17 @@ class SamplingNoise:
             return exponentials(seed, positions, purpose, count)
         return sampling.exponentials(sampling.keys(seed, positions, purpose), self.tokens[:count])
 
-    def draw(self, probs: torch.Tensor, seed: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-        """The draft's proposal [1] from probs [1, V] with the draft noise keyed at position [1]."""
+    def draw(
+        self, probs: torch.Tensor, seed: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The draft's proposal [1] from probs [1, V] with the draft noise keyed at position [1]; given
+        the token ids [1, N] of probs [1, N], from those tokens alone (`draw`)."""
         if self.backend == "triton":
-            return draw(probs, seed, position, self.workspace)
-        return sampling.race(probs, self.exponentials(seed, position.view(1), sampling.DRAFT, probs.shape[-1]))
+            return draw(probs, seed, position, self.workspace, tokens=tokens)
+        if tokens is None:
+            return sampling.race(probs, self.exponentials(seed, position.view(1), sampling.DRAFT, probs.shape[-1]))
+        noise = sampling.exponentials(sampling.keys(seed, position.view(1), sampling.DRAFT), tokens.view(-1))
+        return sampling.race_scored(probs.view(-1), noise.view(-1), tokens.view(-1))
 
 
 if triton is not None:
@@ -140,28 +185,46 @@ if triton is not None:
 
     @triton.jit
     def _uniform_kernel(
-        seed_ptr, position_ptr, out_ptr, count, PURPOSE: tl.constexpr, OPEN: tl.constexpr, BLOCK_V: tl.constexpr
+        seed_ptr,
+        position_ptr,
+        token_ptr,
+        out_ptr,
+        count,
+        PURPOSE: tl.constexpr,
+        OPEN: tl.constexpr,
+        GATHERED: tl.constexpr,
+        BLOCK_V: tl.constexpr,
     ):
         row = tl.program_id(1)
         seed = (tl.load(seed_ptr) & _LOW_MASK).to(tl.uint32)
         counter = ((tl.load(position_ptr + row) * 4 + PURPOSE) & _LOW_MASK).to(tl.uint32)
         key = _mix(_mix(seed) ^ _mix(counter))
-        token = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
-        valid = token < count
+        slot = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = slot < count
+        if GATHERED:  # a head's scored slots: the noise of their token ids
+            token = tl.load(token_ptr + slot, mask=valid, other=0)
+        else:
+            token = slot
         step = (token + 1).to(tl.uint32) * tl.full([], _GOLDEN, tl.uint32)
         bits = _mix(_mix(key + step) ^ key) >> 8
         if OPEN:
             uniform = ((bits >> 1).to(tl.float32) + 0.5) * (2.0**-23)
         else:
             uniform = bits.to(tl.float32) * (2.0**-24)
-        tl.store(out_ptr + row.to(tl.int64) * count + token, uniform, mask=valid)
+        tl.store(out_ptr + row.to(tl.int64) * count + slot, uniform, mask=valid)
 
     @triton.jit
-    def _race_kernel(probs_ptr, log_ptr, work_ptr, token_ptr, V, n_programs, BLOCK_V: tl.constexpr):
-        token = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
-        valid = token < V
-        probs = tl.load(probs_ptr + token, mask=valid, other=0.0)
-        noise = -tl.load(log_ptr + token, mask=valid, other=-1.0)
+    def _race_kernel(
+        probs_ptr, log_ptr, ids_ptr, work_ptr, token_ptr, V, n_programs, GATHERED: tl.constexpr, BLOCK_V: tl.constexpr
+    ):
+        slot = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+        valid = slot < V
+        if GATHERED:  # a head's scored slots: keyed by their token ids
+            token = tl.load(ids_ptr + slot, mask=valid, other=0)
+        else:
+            token = slot
+        probs = tl.load(probs_ptr + slot, mask=valid, other=0.0)
+        noise = -tl.load(log_ptr + slot, mask=valid, other=-1.0)
         quotient = tl.math.div_rn(probs, noise)
         quotient = tl.where(quotient == 0.0, 0.0, quotient)  # -0.0 ties with +0.0, as in torch
         bits = quotient.to(tl.int32, bitcast=True).to(tl.int64)

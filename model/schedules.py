@@ -41,7 +41,7 @@ def _ordinary_rounds(dec, run, pipelined: bool) -> None:
             preds = run.pending.expand(drafts.numel() + 1, *run.pending.shape[1:])
         else:
             preds = torch.cat([run.pending, dec.verify(run, drafts.tokens, run.cursor[2:3] + 1)])  # verify(K)
-        dec.settle(run, torch.cat([run.cursor[1:2], drafts.tokens]), preds, drafts.probs)
+        dec.settle(run, torch.cat([run.cursor[1:2], drafts.tokens]), preds, drafts)
         if pipelined:  # finalize: f goes to the draft first, so its next steps need not wait for the append
             dec.to_draft(run)
             run.pending = dec.append(run)
@@ -78,7 +78,7 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         seq = torch.cat([run.cursor[1:2], block.tokens])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
         ahead = dec.lookahead(run, block_on_draft) if lookahead and on_draft else None  # draft_step x (K+1)
-        a, f = dec.settle(run, seq, preds, block.probs)
+        a, f = dec.settle(run, seq, preds, block)
         packed = [run.n, run.eos]
         if ahead is not None:
             ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)

@@ -224,7 +224,6 @@ CASES = [
     ("model", ["--seed", "-1"], "--seed must be >= 0"),
     ("model", ["--temperature", "0.7", "--check-exact"], "--check-exact compares with greedy decoding"),
     ("model", ["--temperature", "0.7", "--schedule", "deferred", "--policy", "ucb1"], "--temperature > 0 runs with"),
-    ("model", ["--temperature", "0.7", "--head", "router:2"], "--temperature > 0 needs --head dense, flashhead or"),
     ("model", ["--temperature", "0.7", "--top-p", "0.9", "--acceptance", "a=0.5"], "--acceptance under sampling needs"),
     # measure: numbers, lists, devices, sizes, outputs
     ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),

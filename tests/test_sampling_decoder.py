@@ -1,6 +1,6 @@
 """Level 2: speculative sampling through the decoder (CPU, tiny models) gives the target's own
-distribution of the first three tokens, for every schedule and every head that samples (dense, FlashHead,
-shortlist); a wrong rule is rejected.
+distribution of the first three tokens, for every schedule and every head (dense, FlashHead, shortlist,
+router); a wrong rule is rejected.
 
 Target: the first 2 layers of tiny-qwen3; draft: its first layer (an early-exit pair, so draft and
 target agree often enough that accepts and rejections both happen). top_k = 2 keeps 8 cells for
@@ -17,8 +17,9 @@ from model import sampling
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead, ShortlistHead
+from model.heads import DenseHead, FlashHead, RouterHead, ShortlistHead
 from model.loading import load_model
+from model.router import build_router
 from model.sampling import SamplingSettings
 from model.trace import summarize, trace_lines
 from sim.trace import rounds_by_prompt
@@ -65,9 +66,21 @@ def _decoder(pair, head: str, K: int = 2) -> Decoder:
         draft_head = DenseHead(weight)
     elif head == "shortlist":  # half the vocabulary: the target's top tokens are often outside it
         draft_head = ShortlistHead(weight, torch.randperm(512, generator=torch.Generator().manual_seed(0))[:256])
+    elif head == "router":  # half of an unbalanced clustering's clusters, routed by a briefly trained MLP
+        router = _router(draft)
+        draft_head = RouterHead(weight, draft.embed_tokens.weight, router, router.clusters // 2)
     else:
         draft_head = FlashHead(weight, build_clustering(weight, seed=0), probes=2)
     return Decoder(target, draft, draft_head, K=K, graphs=False, phases=False, sampling=SETTINGS)
+
+
+def _router(draft):
+    g = torch.Generator().manual_seed(0)
+    weight, n = draft.head_weight, 64
+    samples = {"tokens": torch.randint(0, weight.shape[0], (n,), generator=g)}
+    samples["previous"] = torch.randn(n, weight.shape[1], generator=g)
+    samples["hidden"] = torch.randn(n, weight.shape[1], generator=g)
+    return build_router(weight, draft.embed_tokens.weight, samples, 12, cap=80, iters=3, width=16, epochs=2)
 
 
 def _counts(dec, schedule: str, exact: dict, first: int = 0, samples: int = SAMPLES):
@@ -86,11 +99,13 @@ def test_baseline_samples_the_target(pair, exact):
     assert g_test(counts, probs) > ALPHA
 
 
-@pytest.mark.parametrize("head", ["dense", "flashhead", "shortlist"])
+@pytest.mark.parametrize("head", ["dense", "flashhead", "shortlist", "router"])
 def test_every_schedule_samples_the_target(pair, exact, head):
     """Each schedule alone, and all four pooled (each schedule draws its own samples, so the pool
     holds 4 x SAMPLES independent ones). Since the random numbers are keyed by position, the
-    schedules also emit identical tokens for the same sample."""
+    schedules also emit identical tokens for the same sample, except with a router: its input (the
+    previous draft hidden state) follows the draft steps each schedule runs, so its q differs by
+    schedule (each schedule is still exact: the G-tests above)."""
     dec = _decoder(pair, head)
     pooled = 0
     for index, schedule in enumerate(SPECULATIVE):
@@ -100,7 +115,7 @@ def test_every_schedule_samples_the_target(pair, exact, head):
     assert g_test(pooled, probs) > ALPHA
     for sample in range(3):
         outputs = {tuple(dec.generate(PROMPT, 12, s, sample).tokens) for s in SPECULATIVE}
-        assert len(outputs) == 1
+        assert len(outputs) == 1 or head == "router"
 
 
 def test_lookahead_samples_the_target(pair):
@@ -129,12 +144,13 @@ def _correct_from_p(target_probs, draft_probs, draft_tokens, accept_uniforms, ra
     return accepted, sampling.race(target_probs.index_select(0, accepted)[0], race_noise).view(1)
 
 
-def test_wrong_rule_is_rejected(pair, exact):
+@pytest.mark.parametrize("head", ["dense", "router"])
+def test_wrong_rule_is_rejected(pair, exact, head):
     """Negative control: the same test, through the same decoder, rejects the wrong rule (put where
     the decoder verifies every round that has draft tokens)."""
-    dec = _decoder(pair, "dense")
+    dec = _decoder(pair, head)
     dec.verifier = _correct_from_p
-    counts, probs = _counts(dec, "deferred", exact, samples=2 * SAMPLES)
+    counts, probs = _counts(dec, "deferred", exact, samples=3 * SAMPLES)
     assert g_test(counts, probs) < ALPHA
 
 

@@ -87,6 +87,30 @@ def test_draw_equals_todays_race_for_every_head(head_kind, temperature):
     assert changed >= 4  # the control: a changed hash draws other tokens
 
 
+def test_draw_over_scored_tokens_equals_the_draw_over_the_vocabulary():
+    """A head's scored slots (token ids out of order, a repeated one at q = 0): the kernels key the noise
+    by the token ids, equal to sampling.race_scored and to the draw over the whole vocabulary; keyed by
+    slot they draw other tokens (the control)."""
+    generator = torch.Generator().manual_seed(5)
+    workspace = sampling_noise.new_workspace(DEVICE)
+    by_slot = 0
+    for row in range(8):
+        ids = torch.cat([torch.randperm(2500, generator=generator)[:1200], torch.tensor([17])]).to(DEVICE)
+        q = torch.softmax(torch.randn(1, 1201, generator=generator), -1).to(DEVICE)
+        q[0, -1] = 0.0
+        seed, position = _seed(row), torch.tensor([11 * row + 2], device=DEVICE)
+        got = sampling_noise.draw(q, seed, position, workspace, launch=SMALL, tokens=ids.view(1, -1))
+        noise = sampling.exponentials(sampling.keys(seed, position, sampling.DRAFT), ids)[0]
+        assert got.item() == sampling.race_scored(q[0], noise, ids).item()
+        full = torch.zeros(1, 2500, device=DEVICE).index_copy_(1, ids[:-1], q[:, :-1])
+        assert got.item() == _reference_draw(full, seed, position).item()
+        by_slot += ids[sampling_noise.draw(q, seed, position, workspace, launch=SMALL)].item() != got.item()
+    assert not workspace.any()
+    assert by_slot >= 6
+    uniforms = sampling_noise.uniforms(_seed(1), torch.tensor([3], device=DEVICE), 0, 1201, launch=SMALL, tokens=ids)
+    assert torch.equal(uniforms, sampling.uniforms(sampling.keys(_seed(1), torch.tensor([3], device=DEVICE), 0), ids))
+
+
 def test_an_all_zero_row_and_a_late_winner():
     """Every quotient 0: torch.argmax's lowest index. A single positive entry in the last program wins."""
     seed, position = _seed(0), torch.tensor([4], device=DEVICE)
@@ -188,16 +212,24 @@ def test_head_cost_refuses_a_bad_temperature_in_one_line(tmp_path, capsys):
 
 def test_sampled_line_shows_each_draw_and_the_agreement():
     timing = {"median_ms": 0.0125, "p10_ms": 0.012, "p90_ms": 0.013}
-    result = {"temperature": 0.7, "timings": {"q": timing, "q + kernel draw": timing}, "same_tokens": 1.0}
+    result = {"temperature": 0.7, "timings": {"scored q": timing, "scored q + draw": timing}, "same_tokens": 1.0}
     line = draft_sampling_cost.format_sampled("flashhead:64", result)
-    assert line.startswith("flashhead:64") and "T=0.7" in line and "q + kernel draw   12.50 us" in line
+    assert line.startswith("flashhead:64") and "T=0.7" in line and "scored q + draw   12.50 us" in line
     assert line.endswith("same tokens 1.000")
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="times CUDA graphs")
 def test_sampled_rows_agree_on_a_gpu():
-    weight = torch.randn(151_936, 1024, device=DEVICE).to(torch.bfloat16)
-    states = [(torch.randn(1, 1024, device=DEVICE).to(torch.bfloat16),) for _ in range(2)]
-    result = draft_sampling_cost.sampled_rows(DenseHead(weight), states, SamplingSettings(temperature=0.7), DEVICE, 3)
-    assert result["same_tokens"] == 1.0
-    assert set(result["timings"]) == {"q", "q + torch hash draw", "q + kernel draw"}
+    """On the GPU too, q over the scored tokens draws what q over the vocabulary draws, for every head."""
+    weight = torch.randn(20_000, 256, device=DEVICE).to(torch.bfloat16)
+    states = [(torch.randn(1, 256, device=DEVICE).to(torch.bfloat16),) for _ in range(2)]
+    heads = {
+        "dense": DenseHead(weight),
+        "flashhead": FlashHead(weight, build_clustering(weight, iters=3, seed=0), probes=64),
+        "shortlist": ShortlistHead(weight, torch.randperm(20_000, device=DEVICE)[:4096]),
+    }
+    for name, head in heads.items():
+        for settings in (SamplingSettings(temperature=0.7), SamplingSettings(temperature=1.0, top_k=50, top_p=0.9)):
+            result = draft_sampling_cost.sampled_rows(head, states, settings, DEVICE, 3)
+            assert result["same_tokens"] == 1.0, (name, settings)
+            assert set(result["timings"]) == {"vocabulary q + draw", "scored q", "scored q + draw"}
