@@ -170,6 +170,7 @@ class Pair:
         drafting=None,
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
+        router_side_stream: bool = True,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -187,6 +188,7 @@ class Pair:
             tensor_parallel=self.tensor_parallel,
             sampling=sampling,
             tree=tree,
+            router_side_stream=router_side_stream,
         )
 
 
