@@ -30,6 +30,7 @@ from sim.profile import load_profile
 from sim.sampling_costs import sampled_profile
 
 from . import report
+from .acceptance_curves import base_control, head_controls
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
 from .calibration import Calibration, fitted_read_gap, group_name, pooled, read_gap_from, scales_from, trace_name
 from .closed_form import closed_form
@@ -113,7 +114,8 @@ def run(args) -> Path:
         check_profile_heads(args.profile, heads, graphs, args.probes)
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1])
-    check_acceptance(args.acceptance)
+    check_acceptance(args.acceptance, args.sampling.greedy, curve_allowed=True)
+    curves = head_controls(args.acceptance, args.profile, heads, ks, args.probes)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "validation", placement, target_device, args.force)
     reference_len = args.max_new_tokens + 2 * K_max + 2
@@ -129,19 +131,22 @@ def run(args) -> Path:
         args.clustering,
         args.head_assets,
     )
-    control = control_for(pair, args.acceptance)
+    control = control_for(pair, base_control(args.acceptance))
     if control is not None:  # the default control of synthetic weights too
         sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     for head in heads:
         pair.head(head, args.probes)  # bad probes, budgets or assets fail here, before any run
     lengths = [len(x) for x in work.ids]
     meta = _meta(args, pair, graphs, control, prompts)
+    if curves:
+        per_head = "; ".join(f"{head} at K={K}: {spec}" for (K, head), spec in curves.items())
+        meta["acceptance"] = f"acceptance control {args.acceptance} (seed {control.seed}), per head {per_head}"
     drawn = timeline_config(configs)
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
         recorded, calibration_records = _decode_all(
-            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn
+            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, curves
         )
         del pair, control
         free_memory()
@@ -379,20 +384,33 @@ def _predict_all(
 
 
 def _decode_all(
-    args, pair, work, configs, control, graphs, reference_len, folder: Path, first_K: int, drawn: Config | None = None
+    args,
+    pair,
+    work,
+    configs,
+    base,
+    graphs,
+    reference_len,
+    folder: Path,
+    first_K: int,
+    drawn: Config | None = None,
+    curves: dict | None = None,
 ):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
     and summary, and the timeline of `drawn`'s first recorded generation (timeline-measured.json);
-    returns (recorded runs, calibration records by decoder instance)."""
+    returns (recorded runs, calibration records by decoder instance). `curves`: the acceptance control
+    of each (K, head) where it is not `base` (validate/acceptance_curves.py)."""
     recorded, calibrations, refs = [], {}, None
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head) for c in configs})
-    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + (len(work.prompts) + 1 if control else 0)
+    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + (len(work.prompts) + 1 if base else 0)
     with Progress(total, "validate", "gen") as progress:
         for (K, head_kind), group in itertools.groupby(configs, key=lambda c: (c.K, c.head)):
             group = list(group)
             head = pair.head(head_kind, args.probes)
+            curve = (curves or {}).get((K, head_kind))
+            control = pair.acceptance_control(curve) if curve else base
             dec = pair.decoder(head, K or first_K, graphs, control, sampling=args.sampling)
             if control is not None and refs is None:
                 progress.note("target references")
@@ -482,7 +500,7 @@ def _decode_all(
                 write_trace(folder / "traces" / f"{config.name}.trace.jsonl", lines)
                 write_summary(folder / "traces" / f"{config.name}.summary.json", summary)
                 recorded.append((config, config_probes, lines, summary))
-            del dec, head
+            del dec, head, control
             free_memory()
     return recorded, calibrations
 
