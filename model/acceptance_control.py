@@ -70,7 +70,7 @@ class AcceptanceControl:
         self.kind = "pattern" if self.pattern else "per-position" if parsed.per_position else "iid"
         self.spec, self.vocab_size, self.seed = spec, vocab_size, seed
         self.reference = torch.zeros(capacity, dtype=torch.long, device=device)
-        # accept[q, j]: the bit of output position q drafted at draft position j (one column but per position)
+        # accept[q, j]: the bit of output position q drafted at draft position j (one column unless per position)
         self.accept = torch.zeros((capacity, max(1, len(self.rates))), dtype=torch.bool, device=device)
         self.hit_rank = torch.zeros(capacity, dtype=torch.long, device=device)  # MAX_BRANCHING: no rank hits
         self.ranks = torch.arange(MAX_BRANCHING, device=device)
