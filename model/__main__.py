@@ -91,6 +91,12 @@ def parse_args(argv) -> argparse.Namespace:
         help="shortlist/router assets (python -m model.build_head --out DIR)",
     )
     add(
+        "--router-stream",
+        choices=("side", "sequential"),
+        default="side",
+        help="router heads: choose clusters on a side stream beside the draft body (default) or after it",
+    )
+    add(
         "--clustering",
         default=None,
         metavar="DIR",
@@ -236,6 +242,7 @@ def run(args) -> int:
         drafting=_drafting(pair, arms_choice, args) if arms_choice else None,
         sampling=settings,
         tree=args.tree_shape,
+        router_side_stream=args.router_stream == "side",
     )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}

@@ -196,6 +196,7 @@ CASES = [
     ("model", ["--head", "flashhead", "--probes", "999"], "probes must be in [1, 32]"),
     ("model", ["--acceptance", "a=2"], "bad acceptance control"),
     ("model", ["--acceptance", "curve:a=0.8"], "a curve is scaled per head from a profile's agreement"),
+    ("model", ["--router-stream", "parallel"], "--router-stream: invalid choice: 'parallel' (choose from 'side'"),
     (
         "model",
         ["--acceptance", "a=0.9,0.5", "--tree", "2x1"],
