@@ -329,7 +329,7 @@ def resolve(s: Scenario) -> Resolved:
 def _curve_source(spec: str, head: str, probes: int, K: int, profile, notes: list):
     """A curve's rates for one head (sim/heads.py: head_control), the numbers the decoder is controlled with."""
     control = head_specs.head_control(parse_control(spec), profile, head, probes, K)
-    notes.append(f"{head}: acceptance control {control.label} (the curve {spec} at its agreement per position)")
+    notes.append(f"{head}: acceptance control {control.label} ({spec} times its agreement per position)")
     return rates_source(control.rates)
 
 
