@@ -13,7 +13,13 @@ and the dense head's time over it; then the draft step (body at context 300 and 
 replay per step, as python -m measure.speed times it). With --temperature T > 0, every head also
 gets `sampled` (measure/draft_sampling_cost.py): q laid out over the vocabulary with its draw, against
 q over the head's scored tokens alone (formed, and with its draw: the decoder's sampled head step), in
-graph, with the share of draws on which the two agree. Needs a CUDA GPU and triton.
+graph, with the share of draws on which the two agree. With --router-side-stream, each router head
+also gets `draft_step_side_stream`: the same draft step graph with the router's cluster choice on a
+second stream beside the body, forked and joined by events inside the capture
+(model/router_stream.py), as the decoder runs it by default. Needs a CUDA GPU and triton.
+
+    python -m measure.head_cost --out router_stream.json --heads router:32+router:128+router:512 \
+        --router-side-stream
 
     python -m measure.head_cost --out sampled.json --temperature 0.7 \
         --heads dense+flashhead:64+flashhead:296+flashhead:593+shortlist:8192+router:128
@@ -34,6 +40,7 @@ from model.graphs import GraphedCall
 from model.head_assets import Router
 from model.heads import DenseHead, FlashHead, RouterHead, ShortlistHead
 from model.router import spherical_kmeans, split_clusters
+from model.router_stream import SideStream, routed_step
 from model.sampling import SamplingSettings
 
 from .benchmarks import copy_bandwidth_gbs
@@ -93,7 +100,9 @@ def heads_to_time(weight: torch.Tensor, embedding: torch.Tensor, specs) -> dict:
     return heads
 
 
-def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) -> dict:
+def measure(
+    device: torch.device, specs, reps: int, settings: SamplingSettings, router_side_stream: bool = False
+) -> dict:
     bandwidth_gbs = copy_bandwidth_gbs(device)
     model = load_draft(device).model
     weight, embedding = model.head_weight, model.embed_tokens.weight
@@ -104,6 +113,11 @@ def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) 
     states = [(torch.randn(1, weight.shape[1], device=device, generator=g).to(weight.dtype),) for _ in range(4)]
     fed = torch.tensor([[5]], device=device)
     steps = draft_step_inputs(device)
+    side = SideStream(device) if router_side_stream else None
+
+    def body(tokens, position):
+        return model.forward_hidden(tokens, position)[0, -1:]
+
     rows, dense_ms = [], None
     for name, head in heads.items():
 
@@ -111,8 +125,10 @@ def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) 
             return head.argmax(hidden, fed)
 
         def step(tokens, position, head=head):
-            hidden = model.forward_hidden(tokens, position)[0, -1:]
-            return head.argmax(hidden, tokens)
+            return head.argmax(body(tokens, position), tokens)
+
+        def step_beside(tokens, position, head=head):
+            return routed_step(body, head, side, tokens, position)
 
         in_graph = time_in_graph(call, states, device, reps=reps)
         draft_step = time_op(GraphedCall(step), steps, device, reps=reps)
@@ -128,6 +144,10 @@ def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) 
             "dense_over_this": dense_ms / in_graph["median_ms"] if dense_ms else None,
             "draft_step": draft_step,
         }
+        beside = ""
+        if side is not None and isinstance(head, RouterHead):
+            row["draft_step_side_stream"] = time_op(GraphedCall(step_beside), steps, device, reps=reps)
+            beside = f", router beside the body {row['draft_step_side_stream']['median_ms']:.3f} ms"
         rows.append(row)
         if not settings.greedy:
             row["sampled"] = sampled_rows(head, states, settings, device, reps)
@@ -135,7 +155,7 @@ def measure(device: torch.device, specs, reps: int, settings: SamplingSettings) 
         print(
             f"{name:<24} head {in_graph['median_ms'] * 1e3:8.2f} us [{in_graph['p10_ms'] * 1e3:.2f}, "
             f"{in_graph['p90_ms'] * 1e3:.2f}]  floor {(floor or 0) * 1e3:7.2f} us  draft step "
-            f"{draft_step['median_ms']:.3f} ms",
+            f"{draft_step['median_ms']:.3f} ms{beside}",
             flush=True,
         )
     return {"env": environment, "rows": rows}
@@ -150,13 +170,18 @@ def main(argv=None) -> int:
         p.add_argument(
             "--temperature", type=float, default=0.0, help="also time the sampled draw at T (default 0: greedy only)"
         )
+        p.add_argument(
+            "--router-side-stream",
+            action="store_true",
+            help="router heads: also time the draft step with the cluster choice on a side stream beside the body",
+        )
         args = p.parse_args(argv)
         settings = SamplingSettings(temperature=args.temperature)
         specs = parse_heads(args.heads)
         out = check_out(args.out)
         device = require_cuda(COMMAND, "cuda:0", modules=("triton",))
         torch.cuda.set_device(device)
-        write_result(out, measure(device, specs, args.reps, settings))
+        write_result(out, measure(device, specs, args.reps, settings, args.router_side_stream))
         print(f"wrote {out}")
 
     return run_torch_command(body)

@@ -24,7 +24,7 @@ from contracts.trees import TREE_FORMS, parse_tree
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
-from model.acceptance_control import parse_spec  # noqa: E402
+from model.acceptance_control import check_spec  # noqa: E402
 from model.cli import add_sampling_options, run_torch_command, sampling_settings  # noqa: E402
 from model.drafting import Drafting  # noqa: E402
 from model.early_exit import early_exit  # noqa: E402
@@ -51,6 +51,8 @@ draft heads (--head; contracts/heads.py):
 acceptance control (--acceptance, synthetic weights only):
   a=0.43             the draft proposes the target's greedy token with i.i.d. probability 0.43
   pattern=1,1,0      ... by a fixed accept/reject pattern over output positions (repeated)
+  a=0.8,0.7,0.6      ... with probability R_j at draft position j of its round (the last repeats;
+                     greedy chain rounds)
   The draft still runs its real body and head every step; only its proposal is replaced.
 
 outputs (--out DIR): SCHEDULE.trace.jsonl (specloop.trace/1) and SCHEDULE.summary.json
@@ -87,6 +89,12 @@ def parse_args(argv) -> argparse.Namespace:
         default=None,
         metavar="DIR",
         help="shortlist/router assets (python -m model.build_head --out DIR)",
+    )
+    add(
+        "--router-stream",
+        choices=("side", "sequential"),
+        default="side",
+        help="router heads: choose clusters on a side stream beside the draft body (default) or after it",
     )
     add(
         "--clustering",
@@ -183,7 +191,7 @@ def run(args) -> int:
     _check_numbers(args)
     settings = _sampling(args)
     if args.acceptance:
-        parse_spec(args.acceptance)
+        check_spec(args.acceptance, settings.greedy, parse_tree(args.tree).kind == "chain")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
@@ -234,6 +242,7 @@ def run(args) -> int:
         drafting=_drafting(pair, arms_choice, args) if arms_choice else None,
         sampling=settings,
         tree=args.tree_shape,
+        router_side_stream=args.router_stream == "side",
     )
     needs_reference = control is not None or args.check_exact
     references = {p.id: decoder.reference(x, reference_len) for p, x in zip(prompts, ids)} if needs_reference else {}

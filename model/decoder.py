@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +33,11 @@ from model import draft_q, sampling, schedules
 from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
+from model.router_stream import SideStream
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_noise import SamplingNoise
 from model.sampling_triton import BlockVerifier
+from model.step_heads import step_heads
 from model.trace import Generation, Round
 from model.tree_rounds import TreeRounds, check_tree, check_tree_precision, head_kind
 
@@ -333,7 +334,8 @@ class Decoder:
     head and graph: a round's step i uses position i, a look-ahead's step i position max(0, i - 1),
     since its first token guesses the bonus token and the rest become the next round's). `control`
     (an AcceptanceControl on the draft device) replaces the draft's proposals. `graphs` captures
-    every step as a CUDA graph up front.
+    every step as a CUDA graph up front. `router_side_stream` (default on) runs a router head's
+    cluster choice on a second stream beside the draft body (model/router_stream.py); off, after it.
 
     `events`: a list to log the generation's events into (None, the default: no log). One entry
     per operation, in host issue order, `(name, stream, tokens)` (contracts.names.EVENTS and
@@ -383,6 +385,7 @@ class Decoder:
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
         min_rows: int = 0,
+        router_side_stream: bool = True,
     ):
         check_tree(tree, (), head_kind(draft_head), drafting is None and tensor_parallel is None)
         if tree.kind != "chain":
@@ -434,7 +437,13 @@ class Decoder:
         scored = not sampling.greedy and not all(isinstance(head, DenseHead) for head in heads)
         self.q_width = max(head.scored_width for head in heads) if scored else None
         self._q_rows = torch.zeros(K, self.vocab_size, device=self.target_device) if scored else None
-        self._heads = [GraphedCall(partial(self._head_fn, head=head), enabled=graphs) for head in heads]
+        slots = control.slots(K) if control is not None else 1
+        if slots > 1 and (not sampling.greedy or tree.kind != "chain"):
+            raise UsageError(
+                f"acceptance control {control.spec}: a rate per draft position runs greedy chain rounds only"
+            )
+        side = SideStream(self.draft_device) if router_side_stream else None  # router heads choose beside the body
+        self._heads = step_heads(heads, self._head_fn, graphs, slots, side)
         # each model drafter's (body, heads by draft position, device, stream); `drafting`
         # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
         self.steppers = {"draft-model": (self._body, self._heads, self.draft_device, "draft")}
@@ -471,14 +480,15 @@ class Decoder:
         hidden = self.draft.forward_hidden(tokens, start + self.positions_on_draft[:n])
         return hidden[0, -1:], start + n
 
-    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, head):
+    def _head_fn(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, head, slot: int = 0):
         """The proposal for position `pos` by `head` (`fed` [1, 1]: the last token the body was fed
         this step, which the router head reads): its argmax (greedy), or (token [1], q [1, N], the
         token ids [1, N] of q's slots or None where N is the vocabulary) with the token drawn from q by
-        the race on the draft noise keyed at `pos` (sampling; model/draft_q.py)."""
+        the race on the draft noise keyed at `pos` (sampling; model/draft_q.py). `slot`: the draft
+        position whose rate a per-position acceptance control applies."""
         if self.sampling.greedy:
             token = head.argmax(hidden, fed)
-            return token if self.control is None else self.control.propose(token, pos)
+            return token if self.control is None else self.control.propose(token, pos, slot)
         scored, logits = head.scored_logits(hidden, fed)
         q = draft_q.probabilities(logits, self.sampling, scored)
         return self.noise_on_draft.draw(q, self.seed_on_draft, pos, scored), q, scored
@@ -494,7 +504,7 @@ class Decoder:
                 tokens = torch.zeros(1, n, dtype=torch.long, device=self.draft_device)
                 hidden, pos = self._body(tokens, start.to(self.draft_device))
                 for head in self._heads:
-                    head(hidden, pos, tokens[:, -1:])
+                    head.capture(hidden, pos, tokens[:, -1:])
         if self.drafting is not None:
             self.drafting.capture()
         if self.trees is not None:
@@ -660,7 +670,8 @@ class Decoder:
     ) -> Proposals:
         """`steps` draft steps (body, then head) of a model drafter from tokens [1, n] at start..;
         proposals [steps] on the drafter's device (with their q when sampling: `Proposals`). Step i uses
-        the head of draft position max(0, i + shift)."""
+        the head of draft position max(0, i + shift); a look-ahead's first step (shift -1) guesses the token
+        after the block, draft position K + 1 to an acceptance control (its slot)."""
         body, heads, device, stream = self.steppers[drafter]
         proposals = Proposals(torch.empty(steps, dtype=torch.long, device=device))
         if self.q_width is not None:  # scored q: a head scoring fewer than q_width slots leaves zeros (token 0, q 0)
@@ -670,11 +681,12 @@ class Decoder:
             proposals.probs = torch.empty(steps, self.vocab_size, device=device)
         for i in range(steps):
             self._event("draft_step", stream, tokens.shape[1])
+            head = heads[min(max(0, i + shift), len(heads) - 1)]
             with self.clock.phase("draft_body", device):
+                head.before_body(tokens[:, -1:])  # a router's cluster choice, beside the body
                 hidden, start = body(tokens, start)
             with self.clock.phase("draft_head", device):
-                head = heads[min(max(0, i + shift), len(heads) - 1)]
-                token = head(hidden, start, tokens[:, -1:])
+                token = head(hidden, start, tokens[:, -1:], i + shift if i + shift >= 0 else steps - 1)
                 if proposals.probs is not None:  # sampling: (token, q, its token ids or None)
                     token, q, scored = token
                     proposals.probs[i : i + 1, : q.shape[1]] = q

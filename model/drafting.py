@@ -33,6 +33,7 @@ from model.decoder import Proposals
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.prompt_lookup import lookup
+from model.step_heads import StepHead
 
 
 class Drafting:
@@ -66,7 +67,7 @@ class Drafting:
             self.head = DenseHead(dec.target.head_weight)
             dec.steppers["early-exit"] = (
                 GraphedCall(self._early_body, enabled=graphs),
-                [GraphedCall(self._early_head, enabled=graphs)],
+                [StepHead([GraphedCall(self._early_head, enabled=graphs)])],
                 dec.target_device,
                 "target",
             )

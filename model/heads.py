@@ -311,6 +311,7 @@ class RouterHead:
         self.backend = triton_support.choose_backend(backend, weight.device)
         # the previous hidden state, shared by the heads of every draft position when given
         self.previous = torch.zeros((1, self.hidden_size), dtype=dtype, device=device) if previous is None else previous
+        self.chosen = torch.zeros((1, budget), dtype=torch.long, device=device)  # `choose`'s clusters, fixed address
         self._workspaces: dict[int, flashhead_triton.Workspace] = {}
 
     @property
@@ -346,14 +347,26 @@ class RouterHead:
             return flashhead_triton.stage2_argmax(h, cluster_ids, self.members, self.weight, None, work)
         return flashhead_triton.stage2_reference(h, cluster_ids, self.members, self.weight)
 
-    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
-        """One draft step (hidden [1, d] or [d]; tokens: the body's input, its last one is routed)."""
-        if tokens is None:
-            raise UsageError("the router head needs the tokens fed to the draft body")
+    def choose(self, tokens: torch.Tensor) -> torch.Tensor:
+        """A draft step's cluster choice, from the body's input (its last token is routed) and the
+        previous hidden state only: it can run before or beside the body (model/router_stream.py).
+        Written to `chosen` (a fixed address, for graphs), which `argmax_chosen` scores."""
+        return self.chosen.copy_(self.route(tokens.reshape(-1)[-1:], self.previous))
+
+    def argmax_chosen(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A draft step's token among the clusters of the last `choose` (hidden [1, d] or [d]); the
+        hidden state becomes the next step's previous one."""
         h = _flat(hidden, self.weight)
-        token = self.score(h, self.route(tokens.reshape(-1)[-1:], self.previous))
+        token = self.score(h, self.chosen)
         self.previous.copy_(h)
         return token.reshape(hidden.shape[:-1])
+
+    def argmax(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """One draft step, routed after the body (tokens: the body's input, its last one is routed)."""
+        if tokens is None:
+            raise UsageError("the router head needs the tokens fed to the draft body")
+        self.choose(tokens)
+        return self.argmax_chosen(hidden)
 
     def scored_logits(self, hidden: torch.Tensor, tokens: torch.Tensor | None = None):
         """One sampled draft step: (token ids [1, N], float32 logits [1, N]) of the routed clusters'
@@ -361,11 +374,16 @@ class RouterHead:
         shortlist's, and the residual restores the rest. Routes as `argmax` does."""
         if tokens is None:
             raise UsageError("the router head needs the tokens fed to the draft body")
+        self.choose(tokens)
+        return self.scored_logits_chosen(hidden)
+
+    def scored_logits_chosen(self, hidden: torch.Tensor):
+        """scored_logits over the clusters of the last `choose`; the hidden state becomes the next
+        step's previous one."""
         h = _flat(hidden, self.weight)
-        cluster_ids = self.route(tokens.reshape(-1)[-1:], self.previous)
         self.previous.copy_(h)
-        ids = self.members[cluster_ids].reshape(1, -1)
-        first = self.first_slots[cluster_ids].reshape(1, -1)
+        ids = self.members[self.chosen].reshape(1, -1)
+        first = self.first_slots[self.chosen].reshape(1, -1)
         return ids, _scores(h, self.weight, ids).masked_fill(~first, float("-inf"))
 
 

@@ -171,6 +171,7 @@ class Pair:
         sampling: SamplingSettings = GREEDY,
         tree: TreeShape = CHAIN,
         min_rows: int = 0,
+        router_side_stream: bool = True,
     ) -> Decoder:
         """A decoder over the pair (graphs captured now); `size_caches` must have run."""
         return Decoder(
@@ -189,6 +190,7 @@ class Pair:
             sampling=sampling,
             tree=tree,
             min_rows=min_rows,
+            router_side_stream=router_side_stream,
         )
 
 

@@ -47,6 +47,10 @@ acceptance sources (--acceptance):
   0.43                    i.i.d. per-token acceptance a
   0.8,0.6,0.5             per-position acceptance a_1..a_K (the last repeats)
   lengths:0=3,1=2,6=5     empirical distribution of accepted lengths (weights)
+  a=0.43 | a=0.8,0.6,0.5  an acceptance control as the decoder reads it (contracts.acceptance): the
+                          same numbers as 0.43 and 0.8,0.6,0.5
+  curve:a=0.77            per head: the rates times the head's agreement per draft position from the
+                          profile's heads section (what python -m validate --acceptance curve:... runs)
 
 what-if keys (--what-if KEY=VALUE, repeatable; --sweep KEY=V1,V2,...):
   """

@@ -13,7 +13,7 @@ drafter; a trace answers for the drafters whose outcomes it recorded (`runs`, co
   for every drafter it names and every output position, how many proposals of a block begun there
   would be accepted (prompt lookup's block depends on where it begins, not only on the position).
 - `IIDAcceptance(a)`: every position matches with probability a.
-- `ControlledAcceptance(a)`: the decoder's acceptance control `a=A` (contracts.acceptance_control): for
+- `ControlledAcceptance(a)`: the decoder's acceptance control `a=A` (contracts.acceptance): for
   a chain the same as i.i.d. at a; a token tree (sim/trees.py) takes its per-depth top-k rates from the
   control's rule instead of the profile's measured ones.
 - `PerPositionAcceptance([a1..aK])`: the j-th proposal of a block matches with probability a_j.
@@ -27,7 +27,6 @@ import random
 from dataclasses import dataclass
 
 from contracts import UsageError
-from contracts.acceptance_control import parse_spec
 from contracts.names import DRAFTERS
 from contracts.trace import RUN_CAP
 
@@ -88,10 +87,7 @@ class ControlledAcceptance(IIDAcceptance):
 
     name = "control"
 
-    def __init__(self, spec: str):
-        kind, rate, _ = parse_spec(spec)
-        if kind != "iid":
-            raise UsageError(f"acceptance {spec!r}: the simulator takes the control's i.i.d. form a=RATE only")
+    def __init__(self, rate: float):
         super().__init__(rate)
 
     def describe(self) -> str:

@@ -32,6 +32,7 @@ import math
 import random
 
 from contracts import UsageError
+from contracts.acceptance import ControlSpec
 from contracts.heads import HeadSpec, parse_head, parse_heads
 
 from .report import render
@@ -154,6 +155,14 @@ class AgreementPerPosition:
             ]
 
         return block
+
+
+def head_control(spec: ControlSpec, profile, label: str, probes: int, K: int) -> ControlSpec:
+    """A `curve:a=...` acceptance control resolved for one head at K: its rates at draft positions 1..K+1
+    times the head's agreement there (as `head_source` models it; the dense head agrees everywhere).
+    The decoder (python -m validate) and the simulator both take the head's rates from here."""
+    agreement = [1.0] * (K + 1) if label == "dense" else agreement_per_position(profile, label, probes, K)[0]
+    return spec.for_head(agreement)
 
 
 def head_source(source, label: str, probes: int, K: int, profile, notes: list):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
+from contracts.acceptance import is_control, parse_control
 from contracts.heads import parse_heads
 from contracts.names import (
     POLICY_SCHEDULES,
@@ -202,14 +203,20 @@ def parse_change(text: str) -> tuple[str, str, str]:
 
 
 def parse_acceptance(spec: str):
-    """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `a=0.43` (the decoder's acceptance control),
-    `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`."""
+    """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`, or an
+    acceptance control (contracts.acceptance: `a=0.43`, whose tree rule the simulator follows too,
+    `a=0.8,0.6`; a `curve:` gives its base rates, which `resolve` scales per head)."""
+    if is_control(spec):
+        control = parse_control(spec)
+        if control.pattern:
+            raise UsageError(f"acceptance {spec!r}: a pattern is a decoder test control; give a=RATE or a=R1,R2,...")
+        if control.curve or control.per_position:
+            return rates_source(control.rates)
+        return ControlledAcceptance(control.rates[0])
     if spec == "default":
         return _trace_source(DEFAULT_TRACE)
     if spec.startswith("trace:") or spec.endswith(".jsonl"):
         return _trace_source(Path(spec.removeprefix("trace:")))
-    if spec.startswith(("a=", "pattern=")):
-        return ControlledAcceptance(spec)
     if spec.startswith("lengths:"):
         weights = {}
         for item in spec.removeprefix("lengths:").split(","):
@@ -219,10 +226,12 @@ def parse_acceptance(spec: str):
             except ValueError:
                 raise UsageError(f"acceptance {spec!r}: expected lengths:L=weight,...") from None
         return EmpiricalLengths(weights)
-    parts = spec.split(",")
-    if len(parts) > 1:
-        return PerPositionAcceptance(parts)
-    return IIDAcceptance(spec)
+    return rates_source(spec.split(","))
+
+
+def rates_source(rates) -> IIDAcceptance | PerPositionAcceptance:
+    """One rate: i.i.d.; several: per draft position."""
+    return PerPositionAcceptance(list(rates)) if len(rates) > 1 else IIDAcceptance(rates[0])
 
 
 def _trace_source(path: Path) -> TraceReplay:
@@ -297,6 +306,8 @@ def resolve(s: Scenario) -> Resolved:
                 f"beta curves); head given: {budgeted[0]}"
             )
         sources = {head: _sampled(profile, s.temperature, head, probes, notes) for head in s.heads}
+    elif is_control(s.acceptance) and parse_control(s.acceptance).curve:
+        sources = {head: _curve_source(s.acceptance, head, probes, K, profile, notes) for head in s.heads}
     else:
         sources = {
             head: head_specs.head_source(source, head, probes, K, profile, notes)
@@ -323,6 +334,13 @@ def resolve(s: Scenario) -> Resolved:
     if s.temperature > 0 or (traced and source.sampled):
         profile = sampled_profile(profile, regime, notes)
     return Resolved(profile, regime, sources, generations, configs, notes)
+
+
+def _curve_source(spec: str, head: str, probes: int, K: int, profile, notes: list):
+    """A curve's rates for one head (sim/heads.py: head_control), the numbers the decoder is controlled with."""
+    control = head_specs.head_control(parse_control(spec), profile, head, probes, K)
+    notes.append(f"{head}: acceptance control {control.label} ({spec} times its agreement per position)")
+    return rates_source(control.rates)
 
 
 def _schedules_for(s: Scenario) -> tuple:

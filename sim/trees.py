@@ -4,7 +4,7 @@ A tree round runs the events of a chain round with K = the tree's depth (docs/de
 trees"): the draft's step j feeds its frontier at depth j-1 (the root first), and the verify covers
 every node. Only the acceptance differs: at each depth the target's token is the draft's r-th
 choice with the probabilities of the profile's `trees` rates (contracts.profile.check_trees), or of
-the acceptance control's rule under `a=A` (contracts.acceptance_control), and the round accepts that
+the acceptance control's rule under `a=A` (contracts.acceptance), and the round accepts that
 depth when the accepted node has a child of rank r. A trace recorded with the very tree is replayed
 as recorded instead (its accepted path lengths, as a chain trace's accepted lengths).
 """
@@ -15,7 +15,7 @@ import random
 from dataclasses import replace
 
 from contracts import HEADS, UsageError
-from contracts.acceptance_control import top_k_rate
+from contracts.acceptance import top_k_rate
 from contracts.names import SPECULATIVE_SCHEDULES
 from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
 

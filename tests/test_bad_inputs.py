@@ -44,6 +44,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     put("good_profile.json", json.dumps(profile))
     put("heads_profile.json", json.dumps(tiny_heads_profile()))
     put("cpu_profile.json", json.dumps(tiny_profile("cpu")))
+    put("cpu_heads_profile.json", json.dumps(dict(tiny_profile("cpu"), heads=tiny_heads_profile()["heads"])))
     negative = tiny_profile()
     negative["flashhead"]["default_probes"] = -3
     put("negative_probes.json", json.dumps(negative))
@@ -105,6 +106,13 @@ CASES = [
     ("sim", ["--prompt-len", "1000000000"], "--prompt-len: must be in 1..1,000,000"),
     ("sim", ["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
     ("sim", ["--acceptance", "lengths:x=1"], "expected lengths:L=weight"),
+    ("sim", ["--acceptance", "a=0.5,1.5"], "bad acceptance control 'a=0.5,1.5'; valid: a=RATE"),
+    ("sim", ["--acceptance", "pattern=1,0"], "a pattern is a decoder test control"),
+    (
+        "sim",
+        ["--profile", "{heads_profile.json}", "--acceptance", "curve:a=0.8", "--head", "flashhead:100"],
+        "at budgets 1..64 only",
+    ),
     ("sim", ["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
     ("sim", ["--head", "sparse"], "--head: unknown head 'sparse'"),
     ("sim", ["--head", "shortlist:8192"], "the profile has no cost for shortlist heads"),
@@ -189,6 +197,14 @@ CASES = [
     ("model", ["--probes", "3"], "apply to --head flashhead only"),
     ("model", ["--head", "flashhead", "--probes", "999"], "probes must be in [1, 32]"),
     ("model", ["--acceptance", "a=2"], "bad acceptance control"),
+    ("model", ["--acceptance", "curve:a=0.8"], "a curve is scaled per head from a profile's agreement"),
+    ("model", ["--router-stream", "parallel"], "--router-stream: invalid choice: 'parallel' (choose from 'side'"),
+    (
+        "model",
+        ["--acceptance", "a=0.9,0.5", "--tree", "2x1"],
+        "a rate per draft position runs greedy chain rounds only",
+    ),
+    ("model", ["--acceptance", "a=0.9,0.5", "--temperature", "0.7"], "a rate per draft position runs greedy chain"),
     ("model", ["--tree", "2y2"], "--tree: tree '2y2': unknown tree kind; valid: chain, AxBxC"),
     ("model", ["--tree", "8x8x8"], "more than 64 nodes"),
     ("model", ["--tree", "paths:0;1.0"], "path 1.0 has no parent path"),
@@ -264,6 +280,13 @@ CASES = [
     ("validate", [*VALIDATE, "--heads", "dense+shortlist:64", "--measure"], "needs built assets: pass --head-assets"),
     ("validate", [*VALIDATE, "--heads", "shortlist:9999", "--head-assets", "{heads}", "--measure"], "exceeds the 512"),
     ("validate", [*VALIDATE, "--measure", "--acceptance", "a=2"], "bad acceptance control"),
+    ("validate", [*VALIDATE, "--measure", "--acceptance", "curve:a=0.8"], "a curve needs --profile"),
+    (
+        "validate",
+        [*VALIDATE, "--profile", "{cpu_heads_profile.json}", "--heads", "flashhead:100", "--acceptance", "curve:a=0.8"],
+        "measured at budgets 1..64 only",
+    ),
+    ("validate", [*VALIDATE, "--peers", "--acceptance", "curve:a=0.8"], "a curve is scaled per head"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--reps 0"], "--reps must be at least 1"),
     ("validate", [*VALIDATE, "--measure", "--measure-args", "--frobnicate 1"], "unrecognized arguments"),
     ("validate", [*VALIDATE], "give a cost profile"),

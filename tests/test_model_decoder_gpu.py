@@ -113,3 +113,54 @@ def test_every_host_sync_is_a_round_read(placement, sampling, schedule, monkeypa
         assert len(reads) == len(g.rounds)
     else:  # the ordinary schedules learn the counter a round late: an extra read at the generation's end
         assert len(g.rounds) <= len(reads) <= len(g.rounds) + 2
+
+
+def _router_head(draft, budget=3):
+    """A router over the draft's head (untrained MLP weights: the choice still varies with its input)."""
+    from model.head_assets import Router
+    from model.heads import RouterHead
+    from model.router import spherical_kmeans, split_clusters
+
+    w = draft.head_weight
+    assignments, members = split_clusters(spherical_kmeans(w.cpu(), 16, iters=3), 64)
+    g = torch.Generator().manual_seed(0)
+    layers = [torch.randn(32, 2 * w.shape[1], generator=g), torch.zeros(32)]
+    layers += [torch.randn(members.shape[0], 32, generator=g), torch.zeros(members.shape[0])]
+    router = Router(assignments, members, layers, w.shape[1], {"weights": "synthetic"})
+    return RouterHead(w, draft.embed_tokens.weight, router, budget)
+
+
+@pytest.mark.parametrize("spec", [None, "a=0.5"])
+def test_router_beside_the_body_in_graphs_equals_sequential(spec):
+    """The router's choice on a side stream (a graph of its own, forked and joined by events) emits the
+    same tokens and rounds as the sequential router, graphs on and off, equal to target greedy; and one
+    draft step captured as one graph with the fork and join inside equals the sequential step graph."""
+    from model.graphs import GraphedCall
+    from model.router_stream import SideStream, routed_step
+
+    _, device, _ = resolve_placement("one-gpu")
+    target = load_model("tiny-qwen3", device, "float32", seed=1, max_seq_len=ROOM).model
+    draft = load_model("tiny-qwen3-draft", device, "float32", seed=2, max_seq_len=ROOM).model
+    runs = []
+    for graphs, beside in ((True, True), (True, False), (False, True)):
+        control = AcceptanceControl(spec, 512, ROOM, device, seed=0) if spec else None
+        dec = Decoder(
+            target, draft, _router_head(draft), K=K, graphs=graphs, control=control, router_side_stream=beside
+        )
+        want = dec.reference(PROMPT, MAX_NEW + 2 * K + 2)
+        if control is not None:
+            control.bind(want, len(PROMPT), "p")
+        gens = [dec.generate(PROMPT, MAX_NEW, schedule) for schedule in SPECULATIVE]
+        assert all(g.tokens == want[:MAX_NEW] for g in gens), (graphs, beside)
+        runs.append([[(r.proposed, r.accepted) for r in g.rounds] for g in gens])
+    assert runs[0] == runs[1] == runs[2]
+    fused, split, side = _router_head(draft), _router_head(draft), SideStream(device)
+
+    def body(tokens, position):
+        return draft.forward_hidden(tokens, position)[0, -1:]
+
+    sequential = GraphedCall(lambda tokens, position: fused.argmax(body(tokens, position), tokens))
+    beside = GraphedCall(lambda tokens, position: routed_step(body, split, side, tokens, position))
+    for token in range(40):
+        inputs = (torch.tensor([[token * 7 % 500]], device=device), torch.tensor([len(PROMPT) + token], device=device))
+        assert sequential(*inputs).item() == beside(*inputs).item()

@@ -125,6 +125,64 @@ def test_partial_budgets_lose_tokens_as_they_must(backend):
     assert torch.equal(got, kept[(hidden @ weight[kept].T).argmax(1)])
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_router_choice_then_score_equals_the_fused_router(backend):
+    """The split a side stream runs (choose clusters before the body, score them after) gives the fused
+    sequential router's tokens step by step, and both equal a from-scratch reference: the best token of
+    the top clusters of the MLP on [embedding(fed), previous hidden]. Control: a router that never sees
+    its previous state chooses other clusters, so the previous state really is an input."""
+    if backend == "triton" and not TRITON:
+        pytest.skip("needs triton (its interpreter on the CPU)")
+    weight, hidden = _weight()
+    router = _router(weight)
+    fused, split, stale = (RouterHead(weight, weight, router, 3, backend=backend) for _ in range(3))
+    w1, b1, w2, b2 = router.layers
+    previous = torch.zeros(1, weight.shape[1])
+    fed = torch.randint(0, weight.shape[0], (30, 1, 1), generator=torch.Generator().manual_seed(1))
+    differs = 0
+    for h, token in zip(hidden[:30], fed):
+        h = h[None]
+        mlp = torch.nn.functional.gelu(torch.cat([weight[token[0]], previous], 1) @ w1.T + b1) @ w2.T + b2
+        members = router.members[mlp.topk(3).indices[0]].reshape(-1)
+        want = members[(weight[members] @ h[0]).argmax()]  # members hold no repeated best: one answer
+        split.choose(token)
+        stale.previous.zero_()
+        differs += not torch.equal(stale.choose(token).sort().values, split.chosen.sort().values)
+        assert fused.argmax(h, token).item() == split.argmax_chosen(h).item() == want.item()
+        previous = h
+    assert differs > 0
+
+
+def test_router_side_stream_on_or_off_gives_the_same_tokens(same_models):
+    """A router head with its cluster choice beside the body (the choice issued before the body) or after
+    it: identical tokens and rounds in every schedule, equal to target greedy; with the switch on the
+    choice is issued before the body's forward, with it off after."""
+    target, draft = same_models
+    router = _router(draft.head_weight, clusters=16)
+    prompt = list(b"Routers beside the body.")
+    want = Decoder(target, K=1, graphs=False).reference(prompt, 24)
+    order = []
+    forward = draft.forward_hidden
+    draft.forward_hidden = lambda *a, **k: order.append("body") or forward(*a, **k)
+    runs = {}
+    try:
+        for beside in (True, False):
+            heads = [RouterHead(draft.head_weight, draft.embed_tokens.weight, router, b) for b in (6, 3)]
+            for head in heads:
+                choose = head.choose
+                head.choose = lambda tokens, choose=choose: order.append("choose") or choose(tokens)
+            dec = Decoder(target, draft, PositionalHead(heads), K=3, graphs=False, router_side_stream=beside)
+            order.clear()
+            runs[beside] = [dec.generate(prompt, 24, schedule) for schedule in SCHEDULES if schedule != "baseline"]
+            assert order[0] == "body"  # the draft's prefill, then the first draft step:
+            assert order[1:3] == (["choose", "body"] if beside else ["body", "choose"])
+    finally:
+        draft.forward_hidden = forward
+    for on, off in zip(runs[True], runs[False]):
+        assert on.tokens == off.tokens == want
+        assert [(r.proposed, r.accepted) for r in on.rounds] == [(r.proposed, r.accepted) for r in off.rounds]
+
+
 def test_router_ties_and_budget_checks():
     weight, hidden = _weight()
     router = _router(weight)

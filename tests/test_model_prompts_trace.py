@@ -8,7 +8,7 @@ import torch
 from contracts import UsageError
 from contracts.files import write_atomic
 from contracts.trace import check_summary, check_trace_line, read_trace, write_summary, write_trace
-from model.acceptance_control import AcceptanceControl, parse_spec
+from model.acceptance_control import AcceptanceControl
 from model.prompts import DEFAULT_PATH, select_prompts
 from model.trace import Generation, Round, summarize, trace_lines
 
@@ -61,11 +61,13 @@ def test_explicit_path_and_bad_files(tmp_path):
 
 
 def test_acceptance_specs():
-    assert parse_spec("a=0.43") == ("iid", 0.43, None)
-    assert parse_spec("pattern=1,0,1") == ("pattern", None, [1, 0, 1])
+    cpu = torch.device("cpu")
+    assert AcceptanceControl("a=0.43", 10, 4, cpu).describe() == {"kind": "iid", "a": 0.43, "seed": 0}
+    assert AcceptanceControl("pattern=1,0,1", 10, 4, cpu).describe() == {"kind": "pattern", "pattern": [1, 0, 1]}
+    assert AcceptanceControl("a=0.9,0.5", 10, 4, cpu).describe() == {"kind": "per-position", "a": [0.9, 0.5], "seed": 0}
     for bad in ("0.5", "a=", "a=-0.1", "pattern=1,2", "pattern=", "b=1"):
         with pytest.raises(UsageError, match="bad acceptance control"):
-            parse_spec(bad)
+            AcceptanceControl(bad, 10, 4, cpu)
 
 
 def test_control_proposes_the_reference_or_a_different_token():

@@ -50,6 +50,9 @@ sampling (--temperature T > 0, --top-k, --top-p):
 acceptance (--acceptance):
   a=0.43 | pattern=1,0,1   acceptance control for synthetic weights: the draft runs its real body and
                            head, its proposal follows the pattern against the target's greedy output
+  a=0.8,0.7,0.6            a rate per draft position of a round (the last repeats; greedy)
+  curve:a=0.77             per head: the rates times the head's agreement per draft position from
+                           --profile's heads section (sim/heads.py), the rates the simulator draws
   none                     the draft's own proposals (real checkpoints; near zero for random weights)
 
 --drafter / --policy (validate/policies.py):

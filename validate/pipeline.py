@@ -32,6 +32,7 @@ from sim.profile import load_profile
 from sim.sampling_costs import sampled_profile
 
 from . import report
+from .acceptance_curves import base_control, head_controls
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
 from .calibration import Calibration, fitted_read_gap, group_name, pooled, read_gap_from, scales_from, trace_name
 from .closed_form import closed_form
@@ -130,7 +131,8 @@ def run(args) -> Path:
         check_profile_trees(args.profile, trees, graphs, rows if target_device.type == "cuda" else None)
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1], trees)
-    check_acceptance(args.acceptance)
+    check_acceptance(args.acceptance, args.sampling.greedy, curve_allowed=True)
+    curves = head_controls(args.acceptance, args.profile, heads, ks, args.probes)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "validation", placement, target_device, args.force)
     longest_K = max([K_max] + [c.K for c in configs])  # a tree's depth may pass the chains' K
@@ -148,7 +150,7 @@ def run(args) -> Path:
         args.head_assets,
         nodes=rows - 1,
     )
-    control = control_for(pair, args.acceptance)
+    control = control_for(pair, base_control(args.acceptance))
     checked = control is not None and args.sampling.greedy  # outputs checked against the references
     if control is not None:  # the default control of synthetic weights too
         sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
@@ -156,12 +158,15 @@ def run(args) -> Path:
         pair.head(head, args.probes)  # bad probes, budgets or assets fail here, before any run
     lengths = [len(x) for x in work.ids]
     meta = _meta(args, pair, graphs, control, prompts)
+    if curves:
+        per_head = "; ".join(f"{head} at K={K}: {spec}" for (K, head), spec in curves.items())
+        meta["acceptance"] = f"acceptance control {args.acceptance} (seed {control.seed}), per head {per_head}"
     drawn = timeline_config(configs)
 
     with staged(out) as folder:
         (folder / "traces").mkdir()
         recorded, calibration_records, inexact = _decode_all(
-            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows
+            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows, curves
         )
         del pair, control
         free_memory()
@@ -418,30 +423,34 @@ def _decode_all(
     pair,
     work,
     configs,
-    control,
+    base,
     graphs,
     reference_len,
     folder: Path,
     first_K: int,
     drawn: Config | None = None,
     rows: int = 0,
+    curves: dict | None = None,
 ):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
     and summary, and the timeline of `drawn`'s first recorded generation (timeline-measured.json);
     returns (recorded runs, calibration records by decoder instance, the recorded generations whose tokens
     are not the target's greedy reference: "configuration prompt"). Every decoder runs at `rows` rows
     at least (its fixed width on a GPU). The target's references are computed once per attention
-    choice (a tree decoder's target attends in one pass, a chain's may split the keys)."""
+    choice (a tree decoder's target attends path-ordered, a chain's may split the keys). `curves`: the
+    acceptance control of each (K, head) where it is not `base` (validate/acceptance_curves.py)."""
     recorded, calibrations, refs_by_attention, inexact = [], {}, {}, []
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head, c.tree) for c in configs})
-    reference_sets = len({c.tree == "chain" for c in configs}) if control else 0
+    reference_sets = len({c.tree == "chain" for c in configs}) if base else 0
     total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + reference_sets * (len(work.prompts) + 1)
     with Progress(total, "validate", "gen") as progress:
         for (K, head_kind, tree), group in itertools.groupby(configs, key=lambda c: (c.K, c.head, c.tree)):
             group = list(group)
             head = pair.head(head_kind, args.probes)
+            curve = (curves or {}).get((K, head_kind))
+            control = pair.acceptance_control(curve) if curve else base
             dec = pair.decoder(
                 head, K or first_K, graphs, control, sampling=args.sampling, tree=parse_tree(tree), min_rows=rows
             )
@@ -483,7 +492,7 @@ def _decode_all(
                         ),
                     )
                 recorded.append((config, config_probes, lines, summary))
-            del dec, head
+            del dec, head, control
             free_memory()
     return recorded, calibrations, inexact
 

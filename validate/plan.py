@@ -13,7 +13,7 @@ from contracts import UsageError
 from contracts.files import check_output_folder
 from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.trees import parse_tree
-from model.acceptance_control import parse_spec
+from model.acceptance_control import check_spec
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
 from sim.trees import TREE_SCHEDULES
@@ -78,11 +78,11 @@ def timeline_config(configs: list[Config]) -> Config | None:
     return next((c for c in speculative if c.schedule == "pipelined-deferred"), speculative[0] if speculative else None)
 
 
-def check_acceptance(text: str | None) -> None:
+def check_acceptance(text: str | None, greedy: bool = True, curve_allowed: bool = False) -> None:
     """None (the default for the weights), `none` (the draft's own proposals) or an acceptance-control
-    spec (a=0.43, pattern=1,0)."""
+    spec (contracts.acceptance: a=0.43, a=0.8,0.7, pattern=1,0, curve:a=0.77 where a profile resolves it)."""
     if text not in (None, "none"):
-        parse_spec(text)
+        check_spec(text, greedy, curve_allowed=curve_allowed)
 
 
 def choose_prompts(spec: str, path: str | None, n: int) -> list[Prompt]:
