@@ -93,7 +93,7 @@ def make_files(folder: Path) -> dict[str, Path]:
 # output path a run would write.
 CASES = [
     # sim: options, what-ifs, sweeps, files, outputs, sizes
-    ("sim", ["--tree", "2x1", "--acceptance", "pattern=1,0"], "the control's i.i.d. form a=RATE only"),
+    ("sim", ["--tree", "2x1", "--acceptance", "pattern=1,0"], "a pattern is a decoder test control"),
     ("sim", ["--acceptance", "a=1.5"], "bad acceptance control"),
     ("sim", ["--K", "0"], "--K: must be in 1..64"),
     ("sim", ["--K", "100000"], "--K: must be in 1..64"),
@@ -320,7 +320,7 @@ CASES = [
     ("validate", [*VALIDATE, "--measure", "--trees", "chain,dynamic:4,16"], "a dynamic tree takes M,N,D"),
     (
         "validate",
-        [*VALIDATE, "--measure", "--trees", "2x2x1", "--schedules", "pipelined"],
+        [*VALIDATE, "--measure", "--trees", "2x2x1", "--schedules", "pipelined-deferred"],
         "trees run with --schedules",
     ),
     ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--heads", "flashhead"], "with the dense head"),
