@@ -61,8 +61,9 @@ def teacher_forced_matches(model, head, prompt: list[int], tokens: list[int]) ->
 
 
 def controlled_matches(control, prompt_len: int, decode_tokens: int) -> list[bool]:
-    """The accept bits of output tokens 1..decode_tokens of the prompt `control` is bound to."""
-    return control.accept[prompt_len + 1 : prompt_len + 1 + decode_tokens].tolist()
+    """The accept bits of output tokens 1..decode_tokens of the prompt `control` is bound to (the first
+    draft position's stream: drafters and policies run i.i.d. controls)."""
+    return control.accept[prompt_len + 1 : prompt_len + 1 + decode_tokens, 0].tolist()
 
 
 def single_head(head, drafter: str):
