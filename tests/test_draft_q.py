@@ -5,12 +5,10 @@ and every head that scores part of the vocabulary (FlashHead, per-position Flash
 router). Controls show each comparison can fail: a float softmax's sum depends on the layout, and a
 draw keyed by slot instead of token id draws other tokens."""
 
-import warnings
-
 import pytest
 import torch
 
-from model import draft_q, sampling, schedules, triton_support
+from model import draft_q, sampling, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
@@ -18,6 +16,7 @@ from model.loading import load_model
 from model.router import build_router
 from model.sampling import SamplingSettings
 from model.sampling_noise import SamplingNoise
+from tests.sync_watch import decode_watching_syncs
 
 SETTINGS = (
     SamplingSettings(temperature=1.0, seed=4),
@@ -195,26 +194,7 @@ def test_flashhead_triton_selection_scores_the_same_tokens():
 
 def _syncs_in_the_decode_loop(decoder, prompt) -> tuple[int, int, int]:
     """(synchronizing calls flagged by CUDA's sync debug mode, round reads, rounds) of one deferred run."""
-    reads = []
-    read, decode = decoder.read, schedules.RUNNERS["deferred"]
-
-    def counted(*values):
-        reads.append(values)
-        return read(*values)
-
-    def watched(d, run):
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            decode(d, run)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-
-    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
-        patch.setattr(decoder, "read", counted)
-        patch.setitem(schedules.RUNNERS, "deferred", watched)
-        warnings.simplefilter("always")
-        generation = decoder.generate(prompt, 40, "deferred")
-    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
+    syncs, reads, generation = decode_watching_syncs(decoder, prompt, 40, "deferred")
     return len(syncs), len(reads), len(generation.rounds)
 
 

@@ -1,12 +1,9 @@
 """The speculative decoder on CUDA (skipped without a GPU): graphs on and off, one and two GPUs, dense and
 FlashHead drafts emit exactly target greedy; graphs are all captured up front; at most one host sync a round."""
 
-import warnings
-
 import pytest
 import torch
 
-from model import schedules
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -14,6 +11,7 @@ from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.pair import resolve_placement
 from model.sampling import GREEDY, SamplingSettings
+from tests.sync_watch import decode_watching_syncs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 
@@ -83,29 +81,10 @@ def test_sampling_in_graphs_equals_eager(placement, head):
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLING], ids=["greedy", "sampling"])
 @pytest.mark.parametrize("schedule", SPECULATIVE + ("baseline",))
-def test_every_host_sync_is_a_round_read(placement, sampling, schedule, monkeypatch):
+def test_every_host_sync_is_a_round_read(placement, sampling, schedule):
     """CUDA's sync debug mode flags every synchronizing call; the decode loop's only ones are its reads."""
     dec, _ = _decoder(placement, phases=False, spec="a=0.5" if sampling.greedy else None, sampling=sampling)
-    reads = []
-    read, decode = dec.read, schedules.RUNNERS[schedule]
-
-    def counted(*values):
-        reads.append(values)
-        return read(*values)
-
-    def watched(d, run):
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            decode(d, run)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-
-    monkeypatch.setattr(dec, "read", counted)
-    monkeypatch.setitem(schedules.RUNNERS, schedule, watched)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        g = dec.generate(PROMPT, MAX_NEW, schedule)
-    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
+    syncs, reads, g = decode_watching_syncs(dec, PROMPT, MAX_NEW, schedule)
     assert len(syncs) == len(reads), [str(w.message) for w in syncs[:3]]
     if schedule == "baseline":
         assert reads == []

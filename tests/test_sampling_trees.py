@@ -9,7 +9,7 @@ the early-exit pair of tiny-qwen3 at top_k = 2, eight cells for three tokens."""
 import pytest
 import torch
 
-from contracts.trees import parse_tree
+from contracts.trees import TREE_SCHEDULES, parse_tree
 from model import sampling, sampling_noise, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
@@ -17,23 +17,13 @@ from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.loading import load_model
 from model.sampling import SamplingSettings
+from tests import test_sampling_decoder as level2
 from tests.sampling_stats import ALPHA, g_test
-from tests.test_sampling_decoder import PROMPT, SETTINGS, TOKENS, _counts, _exact
+from tests.test_sampling_decoder import PROMPT, SETTINGS, _counts, _exact
 
-TREE_SCHEDULES = ("ordinary", "pipelined", "deferred")
+pair, exact = level2.pair, level2.exact  # level 2's tiny early-exit pair and its exact distribution (fixtures)
+
 PER_SCHEDULE = 100  # each schedule's own samples, 300 pooled (the other tests: level 2's 150)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    draft = load_model("tiny-qwen3#layers=1", "cpu", seed=1, max_seq_len=48).model
-    return target, draft
-
-
-@pytest.fixture(scope="module")
-def exact(pair):
-    return _exact(pair[0], TOKENS)
 
 
 def _decoder(target, draft, tree: str, head=None, settings=SETTINGS, **kw) -> Decoder:
