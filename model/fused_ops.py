@@ -304,6 +304,39 @@ if triton is not None:
         return new_max, total, acc
 
     @triton.jit
+    def _causal_softmax(
+        q,
+        k_ptr,
+        v_ptr,
+        p,
+        kv,
+        S,
+        first,
+        stop,
+        end,
+        scale,
+        BLOCK_M: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        """The online softmax of stacked query rows at positions p over the slots first .. stop - 1 of kv
+        head `kv` (none read at or past `end`): (running max, total, unnormalized sums)."""
+        d = tl.arange(0, HEAD_DIM)
+        running_max = tl.full([BLOCK_M], -1e30, tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        base = kv.to(tl.int64) * S * HEAD_DIM
+        for start in range(first, stop, BLOCK_N):
+            slot = start + tl.arange(0, BLOCK_N)
+            inside = (slot < end)[:, None]
+            offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
+            k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
+            v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
+            visible = slot[None, :] <= p[:, None]
+            running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
+        return running_max, total, acc
+
+    @triton.jit
     def _attention_kernel(
         q_ptr,
         k_ptr,
@@ -330,18 +363,7 @@ if triton is not None:
         q = tl.load(q_ptr + row_offsets, mask=valid[:, None], other=0.0)
         p = tl.load(pos_ptr + tok, mask=valid, other=-1)
         end = tl.max(p, axis=0) + 1
-        running_max = tl.full([BLOCK_M], -1e30, tl.float32)
-        total = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        base = kv.to(tl.int64) * S * HEAD_DIM
-        for start in range(0, end, BLOCK_N):
-            slot = start + tl.arange(0, BLOCK_N)
-            inside = (slot < end)[:, None]
-            offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
-            k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
-            v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
-            visible = slot[None, :] <= p[:, None]
-            running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
+        _, total, acc = _causal_softmax(q, k_ptr, v_ptr, p, kv, S, 0, end, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N)
         out = acc / tl.where(valid, total, 1.0)[:, None]
         tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
@@ -439,18 +461,10 @@ if triton is not None:
         first = split * SPLIT
         if first < end:
             q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
-            running_max = tl.full([BLOCK_M], -1e30, tl.float32)
-            total = tl.zeros([BLOCK_M], tl.float32)
-            acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-            base = kv.to(tl.int64) * S * HEAD_DIM
-            for start in range(first, tl.minimum(first + SPLIT, end), BLOCK_N):
-                slot = start + tl.arange(0, BLOCK_N)
-                inside = (slot < end)[:, None]
-                offsets = base + slot[:, None] * HEAD_DIM + d[None, :]
-                k = tl.load(k_ptr + offsets, mask=inside, other=0.0)
-                v = tl.load(v_ptr + offsets, mask=inside, other=0.0)
-                visible = slot[None, :] <= p[:, None]
-                running_max, total, acc = _online_softmax_step(q, k, v, visible, scale, running_max, total, acc)
+            stop = tl.minimum(first + SPLIT, end)
+            running_max, total, acc = _causal_softmax(
+                q, k_ptr, v_ptr, p, kv, S, first, stop, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N
+            )
             row = (kv.to(tl.int64) * GROUP * n + m) * splits + split
             tl.store(sums_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
             tl.store(stats_ptr + row * 2, running_max, mask=valid)
