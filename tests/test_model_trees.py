@@ -5,7 +5,6 @@ would have left; tree rounds log the agreed events; the fused kernel's tree rule
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from contracts import UsageError
 from contracts.trace import check_trace_line
@@ -18,6 +17,7 @@ from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.loading import load_model
 from model.trace import trace_lines
 from model.transformer import tree_visible
+from tests.attention_reference import reference_attention
 
 PROMPTS = {"short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
 MAX_NEW, ROOM = 20, 128
@@ -260,17 +260,9 @@ def test_fused_attention_tree_rule_equals_the_dense_mask(base):
     got = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=(rope, words, torch.tensor([base]))).view(
         n, n_heads, -1
     )
-    mask = tree_visible(torch.arange(slots), words, torch.tensor([base]))
+    want = reference_attention(q, k_cache, v_cache, tree_visible(torch.arange(slots), words, torch.tensor([base])), 0.3)
     for head in range(n_heads):
-        kv = head // (n_heads // n_kv)
-        want = F.scaled_dot_product_attention(
-            q[None, None, :, head],
-            k_cache[:, kv : kv + 1].nan_to_num(),
-            v_cache[:, kv : kv + 1].nan_to_num(),
-            attn_mask=mask,
-            scale=0.3,
-        )
-        assert torch.allclose(got[:, head], want[0, 0], atol=1e-5)
+        assert torch.allclose(got[:, head], want[:, head], atol=1e-5)
     broken = (rope, torch.zeros_like(words), torch.tensor([base]))  # the control: no ancestors at all
     assert not torch.allclose(fused_ops.attention(q, k_cache, v_cache, pos, 0.3, tree=broken).view(n, n_heads, -1), got)
 

@@ -12,6 +12,7 @@ from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
+from tests.attention_reference import reference_attention
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(
@@ -53,17 +54,9 @@ def test_attention_reads_only_slots_up_to_the_last_position(tokens, split_slots)
     k_cache[:, :, 73:], v_cache[:, :, 73:] = float("nan"), float("nan")  # never read
     got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, split_slots)
     got = got.view(tokens, n_heads, head_dim).cpu()
-    mask = torch.arange(slots)[None, :] <= pos[:, None]
+    want = reference_attention(q, k_cache, v_cache, torch.arange(slots)[None, :] <= pos[:, None], 0.3)
     for head in range(n_heads):
-        kv = head // (n_heads // n_kv)
-        want = F.scaled_dot_product_attention(
-            q[None, None, :, head],
-            k_cache[:, kv : kv + 1].nan_to_num(),
-            v_cache[:, kv : kv + 1].nan_to_num(),
-            attn_mask=mask,
-            scale=0.3,
-        )
-        assert torch.allclose(got[:, head], want[0, 0], atol=TOL)
+        assert torch.allclose(got[:, head], want[:, head], atol=TOL)
 
 
 def test_cluster_selection_is_the_top_p_and_breaks_ties_by_lowest_id():
