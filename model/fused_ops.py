@@ -62,6 +62,12 @@ def rms_norm(
     return h, out
 
 
+def attention_tickets(n_heads: int, n_kv_heads: int, device: torch.device) -> torch.Tensor:
+    """Zeroed tickets for every split attention call of a model with these heads (`attention`'s tickets)."""
+    row_blocks = -(-(n_heads // n_kv_heads) * SPLIT_MAX_TOKENS // ATTENTION_BLOCK_M)
+    return torch.zeros(n_kv_heads * row_blocks, dtype=torch.int32, device=device)
+
+
 def qk_norm_rope_cache(
     qkv: torch.Tensor,
     q_weight: torch.Tensor | None,
@@ -114,6 +120,7 @@ def attention(
     scale: float,
     split_slots: int | None = SPLIT_SLOTS,
     tree=None,
+    tickets: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [n, H, hd] at slots pos [n] over the caches [1, Hkv, S, hd] -> [n, H * hd]; query i
     attends to slots <= pos[i], or with `tree` (rope, ancestors [n] int64, base [1]) to the slots
@@ -125,8 +132,9 @@ def attention(
     holds the same tokens, and a causal query runs the same compiled code with base = its position + 1;
     so a tree row is bit for bit the chain row of its path. With `split_slots` and at most
     SPLIT_MAX_TOKENS tokens, programs over slots [s * split_slots, (s + 1) * split_slots) write partial
-    sums that a second kernel combines per row, in split order. Otherwise (a prefill) one program per
-    block of stacked query rows."""
+    sums, and the last of a row block's splits to finish combines them per row, in split order (tickets:
+    int32 zeros, one per KV head and block of ATTENTION_BLOCK_M stacked rows, left zero; a model keeps
+    them so the call needs no memset). Otherwise (a prefill) one program per block of stacked query rows."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
@@ -166,6 +174,8 @@ def attention(
     splits = triton.cdiv(slots, split_slots)
     partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
     partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
+    if tickets is None or tickets.numel() < n_kv * row_blocks:
+        tickets = torch.zeros(n_kv * row_blocks, dtype=torch.int32, device=q.device)
     with _on(q.device):
         _attention_split_kernel[(n_kv, row_blocks, splits)](
             q,
@@ -174,26 +184,14 @@ def attention(
             pos,
             partial_sums,
             partial_stats,
+            tickets,
+            out,
             n,
             slots,
             scale,
             n_heads,
             SPLIT=split_slots,
             **shape,
-            num_warps=4,
-        )
-        _attention_combine_kernel[(n_kv, row_blocks)](
-            partial_sums,
-            partial_stats,
-            pos,
-            out,
-            n,
-            n_heads,
-            splits,
-            SPLIT=split_slots,
-            GROUP=group,
-            HEAD_DIM=head_dim,
-            BLOCK_M=ATTENTION_BLOCK_M,
             num_warps=4,
         )
     return out
@@ -435,6 +433,8 @@ if triton is not None:
         pos_ptr,
         sums_ptr,
         stats_ptr,
+        ticket_ptr,
+        o_ptr,
         n,
         S,
         scale,
@@ -446,8 +446,9 @@ if triton is not None:
         BLOCK_N: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
-        below the block's largest position, left unnormalized with its running max and total. A split
-        past that position writes nothing (the combine never reads it)."""
+        below the block's largest position, left unnormalized with its running max and total (a split
+        past that position writes nothing, and the combine never reads it). The block's last split to
+        finish combines them (_combine_splits) and resets the block's ticket."""
         kv = tl.program_id(0)
         m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
         split = tl.program_id(2)
@@ -459,51 +460,53 @@ if triton is not None:
         p = tl.load(pos_ptr + tok, mask=valid, other=-1)
         end = tl.max(p, axis=0) + 1
         first = split * SPLIT
+        rows = (kv.to(tl.int64) * GROUP * n + m) * splits
         if first < end:
             q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
             stop = tl.minimum(first + SPLIT, end)
             running_max, total, acc = _causal_softmax(
                 q, k_ptr, v_ptr, p, kv, S, first, stop, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N
             )
-            row = (kv.to(tl.int64) * GROUP * n + m) * splits + split
-            tl.store(sums_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
-            tl.store(stats_ptr + row * 2, running_max, mask=valid)
-            tl.store(stats_ptr + row * 2 + 1, total, mask=valid)
+            tl.store(sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
+            tl.store(stats_ptr + (rows + split) * 2, running_max, mask=valid)
+            tl.store(stats_ptr + (rows + split) * 2 + 1, total, mask=valid)
+        tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
+        ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
+        if tl.atomic_add(ticket, 1, sem="acq_rel") == splits - 1:
+            _combine_splits(sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M)
+            tl.store(ticket, 0)
 
     @triton.jit
-    def _attention_combine_kernel(
+    def _combine_splits(
         sums_ptr,
         stats_ptr,
-        pos_ptr,
         o_ptr,
-        n,
+        rows,
+        p,
+        valid,
+        tok,
+        head,
         H,
-        splits,
         SPLIT: tl.constexpr,
-        GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
     ):
-        """Program (kv head, row block): each row's splits 0 .. pos // SPLIT merged in order, rescaled to
-        their common max; the splits past a row's own are skipped exactly (weight 0, rescale 1)."""
-        kv = tl.program_id(0)
-        m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-        valid = m < GROUP * n
-        tok = tl.where(valid, m % n, 0).to(tl.int64)
-        head = kv * GROUP + tl.where(valid, m // n, 0)
+        """Each row's splits 0 .. p // SPLIT merged in order, rescaled to their common max; the splits
+        past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them."""
         d = tl.arange(0, HEAD_DIM)
-        p = tl.load(pos_ptr + tok, mask=valid, other=-1)
         last = p // SPLIT  # each row's last split (-1 for padding rows: none)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        rows = (kv.to(tl.int64) * GROUP * n + m) * splits
         for split in range(0, tl.max(last, axis=0) + 1):
             take = valid & (split <= last)
-            split_max = tl.load(stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"))
-            split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0)
+            split_max = tl.load(stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"), cache_modifier=".cg")
+            split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0, cache_modifier=".cg")
             split_sums = tl.load(
-                sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], mask=take[:, None], other=0.0
+                sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :],
+                mask=take[:, None],
+                other=0.0,
+                cache_modifier=".cg",
             )
             new_max = tl.maximum(running_max, split_max)
             rescale = tl.exp(running_max - new_max)
