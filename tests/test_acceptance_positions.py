@@ -67,7 +67,8 @@ def test_a_curve_gives_each_head_its_agreement_per_position(tmp_path):
         want = ControlSpec(rates=(0.8,)).for_head(agreement).rates
         assert rates == want
     assert parse_control(controls[(K, "dense")]).rates == (0.8,)
-    assert parse_control(controls[(K, "shortlist:1000,100")]).rates == (0.72, 0.4)  # 0.8 x 0.9, then 0.8 x 0.5
+    lift = (4 + 10 * 0.8 * 0.5 / 0.9) / (26 * 0.8 * 0.5 / 0.9)  # the curve's lift at position 2 (sim/heads.py)
+    assert parse_control(controls[(K, "shortlist:1000,100")]).rates == pytest.approx((0.72, 0.8 * 0.5 * lift), abs=1e-6)
     assert base_control("curve:a=0.8") == "a=0.8" and base_control("a=0.8") == "a=0.8"
 
 
