@@ -13,12 +13,12 @@ from contracts.trees import parse_tree
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.heads import DenseHead
-from model.loading import load_model
 from model.sampling import SamplingSettings
 from sim.heads import agreement_per_position
 from sim.profile import Profile
 from sim.scenario import Scenario, parse_acceptance, resolve
 from tests.sim_fixtures import tiny_heads_profile
+from tests.tiny_pair import tiny_pair
 
 ROOM = 1200
 
@@ -74,9 +74,7 @@ def test_a_curve_gives_each_head_its_agreement_per_position(tmp_path):
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    return target, draft
+    return tiny_pair(ROOM)
 
 
 def _per_position(models, spec: str, generations: int, K: int = 2, new: int = 120):
