@@ -70,6 +70,10 @@ def test_a_curve_gives_each_head_its_agreement_per_position(tmp_path):
     lift = (4 + 10 * 0.8 * 0.5 / 0.9) / (26 * 0.8 * 0.5 / 0.9)  # the curve's lift at position 2 (sim/heads.py)
     assert parse_control(controls[(K, "shortlist:1000,100")]).rates == pytest.approx((0.72, 0.8 * 0.5 * lift), abs=1e-6)
     assert base_control("curve:a=0.8") == "a=0.8" and base_control("a=0.8") == "a=0.8"
+    # sampled rounds take one rate: a head whose agreement varies per position is refused, the dense one runs
+    assert head_controls("curve:a=0.8", str(path), ("dense",), (K,), None, greedy=False)
+    with pytest.raises(UsageError, match="shortlist:1000,100's agreement differs per draft position"):
+        head_controls("curve:a=0.8", str(path), heads, (K,), None, greedy=False)
 
 
 @pytest.fixture(scope="module")
