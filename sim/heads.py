@@ -18,11 +18,17 @@ agreed at positions 1..j-1 (until they differ, the head drafts on the dense draf
 approximations: a token other than the dense draft's is never the target's, and agreement is
 independent of the dense token's acceptance (both tend to hold on confident states), so each makes the
 prediction a lower bound. agreement(j) comes, first found first:
-  1. the pooled agreement of its kind at budget(j) over every held-out state of the dense trajectory
-     (exactly the states a head drafts on while it agrees), linear in log2(budget) between measured
-     budgets: hundreds of states per budget, so it comes first;
+  1. the pooled agreement of its kind at budget(j) over every held-out state of the dense trajectory,
+     linear in log2(budget) between measured budgets (hundreds of states per budget: the level), times
+     the position's lift from a measured per-position curve of the same kind (this spec's own, else
+     the one whose first budget is nearest). Pooled states are all states, but position j > 1 is only
+     reached after j - 1 agreements, on easier states: on real Gemma 32 of 33 curve positions 2..4
+     agree more than the pooled rate at their budget. A curve has tens of rounds per position, so its
+     lift at j, measured / expected with no lift, is shrunk towards 1 by SHAPE_PRIOR_ROUNDS
+     pseudo-rounds: a position reached by few agreeing rounds stays near the flat pooled rate. The
+     `curve:a=...` control (head_control) and validate read these same numbers;
   2. the measured per-position curve of this very spec, prefix(j) / prefix(j-1) with prefix(0) = 1
-     (tens of rounds per position in measure.head_agreement's runs), past its end its last value;
+     (where the pooled rows do not cover its budgets), past its end its last value;
   3. FlashHead only: the profile's r(p) (flashhead.agreement) at p = budget(j).
 """
 
@@ -40,6 +46,7 @@ from .report import render
 LEGACY = ("dense", "flashhead")  # heads the regime's own costs describe (contracts.names.HEADS)
 MEASURE_COSTS = "python -m measure.head_cost, then python -m measure.profile_heads --cost"
 MEASURE_AGREEMENT = "python -m measure.head_agreement, then python -m measure.profile_heads --agreement"
+SHAPE_PRIOR_ROUNDS = 10  # pseudo-rounds at no lift: a position reached by 10 agreeing rounds moves halfway
 
 
 def _between(xs: list[float], ys: list[float], x: float) -> float | None:
@@ -104,12 +111,18 @@ def agreement_per_position(profile, label: str, probes: int, K: int) -> tuple[li
     section = (profile.raw.get("heads") or {}).get("agreement", {})
     budgets = [spec.budget(j) or probes for j in range(K + 1)]
     pooled = section.get("pooled", {}).get(spec.kind)
-    if pooled:
-        xs = [math.log2(row["budget"]) for row in pooled]
-        rates = [_between(xs, [row["agree"] for row in pooled], math.log2(b)) for b in budgets]
-        if None not in rates:
-            return rates, f"pooled agreement of {spec.kind} per budget ({section['weights']} weights)"
-    curve = section.get("curves", {}).get(spec.label)
+    curves = section.get("curves", {})
+    level = _pooled_at(pooled, budgets) if pooled else None
+    if level is not None:
+        how = f"pooled agreement of {spec.kind} per budget ({section['weights']} weights)"
+        shaped = _shaping_curve(curves, spec, pooled, probes)
+        if shaped is None:
+            return level, how
+        name, lifts = shaped
+        rates = [min(1.0, rate * lift) for rate, lift in zip(level, _extend(lifts, K))]
+        rounds = curves[name][0]["n"]
+        return rates, f"{how}, x the lift per position of {name}'s measured curve ({rounds} rounds)"
+    curve = curves.get(spec.label)
     if curve:
         rates, before = [], 1.0
         for row in curve:
@@ -124,6 +137,48 @@ def agreement_per_position(profile, label: str, probes: int, K: int) -> tuple[li
     if spec.kind == "flashhead" and profile.agreement is not None:
         return [profile.agreement_at(b) for b in budgets], "FlashHead's r(p) curve of the profile"
     raise UsageError(f"head {label!r}: the profile has no agreement for {spec.kind} heads; {MEASURE_AGREEMENT}")
+
+
+def _pooled_at(pooled: list[dict], budgets: list[int]) -> list[float] | None:
+    """The pooled agreement at each budget, linear in log2(budget); None if one is outside the rows."""
+    xs = [math.log2(row["budget"]) for row in pooled]
+    rates = [_between(xs, [row["agree"] for row in pooled], math.log2(b)) for b in budgets]
+    return None if None in rates else rates
+
+
+def _shaping_curve(curves: dict, spec: HeadSpec, pooled: list[dict], probes: int):
+    """(label, lift per position) of the curve that shapes `spec`: its own, else the same kind's whose
+    first budget is nearest in log2; None where no curve of the kind has pooled rows at its budgets."""
+    candidates = []
+    for name, rows in curves.items():
+        other = parse_head(name)
+        if other.kind != spec.kind:
+            continue
+        level = _pooled_at(pooled, [other.budget(j) or probes for j in range(len(rows))])
+        if level is None or rows[0]["prefix"] <= 0:
+            continue
+        distance = abs(math.log2(other.budget(0) or probes) - math.log2(spec.budget(0) or probes))
+        candidates.append((name != spec.label, distance, name, _lifts(rows, level)))
+    if not candidates:
+        return None
+    _, _, name, lifts = min(candidates)
+    return name, lifts
+
+
+def _lifts(rows: list[dict], level: list[float]) -> list[float]:
+    """Per position: the curve's agreement given agreement so far over what it would be with no lift
+    (its first position's, moved by the pooled rates' change of budget), shrunk towards 1 by
+    SHAPE_PRIOR_ROUNDS; position 1 is 1 by construction."""
+    n, first = rows[0]["n"], rows[0]["prefix"]
+    lifts = [1.0]
+    for j in range(1, len(rows)):
+        reached, agreed = n * rows[j - 1]["prefix"], n * rows[j]["prefix"]
+        expected = first * level[j] / level[0] if level[0] > 0 else 0.0
+        if expected <= 0:
+            lifts.append(1.0)
+            continue
+        lifts.append((agreed + SHAPE_PRIOR_ROUNDS * expected) / ((reached + SHAPE_PRIOR_ROUNDS) * expected))
+    return lifts
 
 
 def _extend(rates: list[float], K: int) -> list[float]:

@@ -13,12 +13,12 @@ from contracts.trees import parse_tree
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.heads import DenseHead
-from model.loading import load_model
 from model.sampling import SamplingSettings
 from sim.heads import agreement_per_position
 from sim.profile import Profile
 from sim.scenario import Scenario, parse_acceptance, resolve
 from tests.sim_fixtures import tiny_heads_profile
+from tests.tiny_pair import tiny_pair
 
 ROOM = 1200
 
@@ -67,15 +67,18 @@ def test_a_curve_gives_each_head_its_agreement_per_position(tmp_path):
         want = ControlSpec(rates=(0.8,)).for_head(agreement).rates
         assert rates == want
     assert parse_control(controls[(K, "dense")]).rates == (0.8,)
-    assert parse_control(controls[(K, "shortlist:1000,100")]).rates == (0.72, 0.4)  # 0.8 x 0.9, then 0.8 x 0.5
+    lift = (4 + 10 * 0.8 * 0.5 / 0.9) / (26 * 0.8 * 0.5 / 0.9)  # the curve's lift at position 2 (sim/heads.py)
+    assert parse_control(controls[(K, "shortlist:1000,100")]).rates == pytest.approx((0.72, 0.8 * 0.5 * lift), abs=1e-6)
     assert base_control("curve:a=0.8") == "a=0.8" and base_control("a=0.8") == "a=0.8"
+    # sampled rounds take one rate: a head whose agreement varies per position is refused, the dense one runs
+    assert head_controls("curve:a=0.8", str(path), ("dense",), (K,), None, greedy=False)
+    with pytest.raises(UsageError, match="shortlist:1000,100's agreement differs per draft position"):
+        head_controls("curve:a=0.8", str(path), heads, (K,), None, greedy=False)
 
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    return target, draft
+    return tiny_pair(ROOM)
 
 
 def _per_position(models, spec: str, generations: int, K: int = 2, new: int = 120):

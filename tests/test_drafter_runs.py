@@ -3,14 +3,10 @@ for each round of a run with one fixed drafter, accepted = min(run at the round'
 
 import pytest
 
-from contracts.policies import Arm, make_policy
+from contracts.policies import Arm
 from model.acceptance_control import AcceptanceControl
-from model.decoder import Decoder
 from model.drafter_runs import drafter_runs, runs_of_matches
-from model.drafting import Drafting
-from model.early_exit import early_exit
-from model.heads import DenseHead
-from model.loading import load_model
+from tests.tiny_pair import drafting_decoder, tiny_early_exit, tiny_pair
 
 PROMPTS = {"short": list(b"Hi there"), "repeats": list(b"abcabcabcabc abc")}
 MAX_NEW, ROOM, K = 24, 128, 3
@@ -19,17 +15,12 @@ DRAFTERS = ("draft-model", "early-exit", "prompt-lookup")
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    early = early_exit(target, 1)
-    early.setup_cache(ROOM, "cpu")
-    return target, draft, early
+    target, draft = tiny_pair(ROOM)
+    return target, draft, tiny_early_exit(target, ROOM)
 
 
 def _decoder(models, drafter, control=None):
-    target, draft, early = models
-    drafting = Drafting(make_policy("fixed", (Arm(drafter, K),)), early=early, lookup_ngram=2)
-    return Decoder(target, draft, DenseHead(draft.head_weight), K=K, graphs=False, control=control, drafting=drafting)
+    return drafting_decoder(*models, "fixed", (Arm(drafter, K),), K, control)
 
 
 def _predicted_and_recorded(generation, runs):

@@ -5,14 +5,13 @@ and the policy's bookkeeping matches the rounds."""
 import pytest
 
 from contracts import UsageError
-from contracts.policies import Arm, arms, make_policy
+from contracts.policies import Arm, arms
 from contracts.trace import check_trace_line
 from model.decoder import Decoder
 from model.drafting import Drafting
-from model.early_exit import early_exit
 from model.heads import DenseHead
-from model.loading import load_model
 from model.trace import trace_lines
+from tests.tiny_pair import drafting_decoder, target_references, tiny_early_exit, tiny_pair
 
 PROMPTS = {"short": list(b"Hi there"), "repeats": list(b"abcabcabcabc abc")}
 MAX_NEW, ROOM, K = 20, 96, 3
@@ -21,20 +20,14 @@ DRAFTERS = ("draft-model", "prompt-lookup", "early-exit")
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    early = early_exit(target, 1)
-    early.setup_cache(ROOM, "cpu")
-    reference = Decoder(target, K=1, graphs=False, phases=False)
-    references = {name: reference.reference(ids, MAX_NEW) for name, ids in PROMPTS.items()}
-    return target, draft, early, references
+    target, draft = tiny_pair(ROOM)
+    early = tiny_early_exit(target, ROOM)
+    return target, draft, early, target_references(target, PROMPTS, MAX_NEW)
 
 
 def _decoder(models, policy, drafters=DRAFTERS, Ks=(1, 2, 3)):
-    target, draft, early, _ = models
     choices = (Arm(drafters[0], K), *(a for a in arms(drafters, Ks) if a != Arm(drafters[0], K)))
-    drafting = Drafting(make_policy(policy, choices, seed=0), early=early, lookup_ngram=2)
-    return Decoder(target, draft, DenseHead(draft.head_weight), K=K, graphs=False, drafting=drafting)
+    return drafting_decoder(*models[:3], policy, choices, K)
 
 
 CASES = [("fixed", (d,)) for d in DRAFTERS] + [(p, DRAFTERS) for p in ("heuristic", "ucb1", "thompson")]
@@ -244,8 +237,7 @@ def test_a_long_catch_up_feeds_full_width_forwards_first_and_stays_exact():
     from tests.sim_fixtures import timing, tiny_profile
 
     room, max_new = 256, 150
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=room).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=room).model
+    target, draft = tiny_pair(room)
     ids = PROMPTS["repeats"]
     reference = Decoder(target, K=1, graphs=False, phases=False).reference(ids, max_new)
     choices = (Arm("draft-model", 3), Arm("prompt-lookup", 3))

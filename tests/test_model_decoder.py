@@ -8,11 +8,11 @@ from contracts import UsageError
 from contracts.trace import check_summary, check_trace_line
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
-from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead
+from model.heads import DenseHead
 from model.loading import load_model
 from model.pair import resolve_placement
 from model.trace import summarize, trace_lines
+from tests.tiny_pair import target_references, tiny_head, tiny_pair
 
 SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 PROMPTS = {"one": [7], "short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
@@ -22,26 +22,18 @@ ROOM = 96
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    return target, draft
+    return tiny_pair(ROOM)
 
 
 @pytest.fixture(scope="module")
 def references(models):
     """Target-only greedy continuations, long enough for acceptance control's look-ahead."""
-    dec = Decoder(models[0], K=1, graphs=False)
-    return {name: dec.reference(ids, MAX_NEW + 2 * 6 + 2) for name, ids in PROMPTS.items()}
-
-
-def _head(draft, kind):
-    w = draft.head_weight
-    return DenseHead(w) if kind == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
+    return target_references(models[0], PROMPTS, MAX_NEW + 2 * 6 + 2)
 
 
 def _decoder(models, head="dense", K=3, control=None, **kw):
     target, draft = models
-    return Decoder(target, draft, _head(draft, head), K=K, graphs=False, control=control, **kw)
+    return Decoder(target, draft, tiny_head(draft, head), K=K, graphs=False, control=control, **kw)
 
 
 def _controlled(models, references, spec, K, head="dense"):

@@ -6,12 +6,10 @@ import torch
 
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
-from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead
-from model.loading import load_model
 from model.pair import resolve_placement
 from model.sampling import GREEDY, SamplingSettings
 from tests.sync_watch import decode_watching_syncs
+from tests.tiny_pair import gpu_decoder, tiny_pair
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 
@@ -23,17 +21,8 @@ MAX_NEW, ROOM, K = 40, 160, 3
 
 def _decoder(placement, head="dense", graphs=True, spec="a=0.5", phases=True, sampling=GREEDY):
     """Tiny float32 models (exact argmax comparisons need more than bfloat16's 8 bits)."""
-    _, target_device, draft_device = resolve_placement(placement)
-    target = load_model("tiny-qwen3", target_device, "float32", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", draft_device, "float32", seed=2, max_seq_len=ROOM).model
-    w = draft.head_weight
-    draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
-    control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
-    dec = Decoder(target, draft, draft_head, K=K, graphs=graphs, control=control, phases=phases, sampling=sampling)
-    reference = dec.reference(PROMPT, MAX_NEW + 2 * K + 2)
-    if control is not None:
-        control.bind(reference, len(PROMPT), "p")
-    return dec, reference[:MAX_NEW]
+    options = dict(K=K, graphs=graphs, phases=phases, sampling=sampling)
+    return gpu_decoder(placement, PROMPT, MAX_NEW, ROOM, head, spec, **options)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -118,8 +107,7 @@ def test_router_beside_the_body_in_graphs_equals_sequential(spec):
     from model.router_stream import SideStream, routed_step
 
     _, device, _ = resolve_placement("one-gpu")
-    target = load_model("tiny-qwen3", device, "float32", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", device, "float32", seed=2, max_seq_len=ROOM).model
+    target, draft = tiny_pair(ROOM, device, device, "float32")
     runs = []
     for graphs, beside in ((True, True), (True, False), (False, True)):
         control = AcceptanceControl(spec, 512, ROOM, device, seed=0) if spec else None

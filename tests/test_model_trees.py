@@ -12,12 +12,12 @@ from contracts.trees import TREE_SCHEDULES, node_depths, parse_tree
 from model import fused_ops, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
-from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead, ShortlistHead
+from model.heads import DenseHead
 from model.loading import load_model
 from model.trace import trace_lines
 from model.transformer import tree_visible
 from tests.attention_reference import reference_attention
+from tests.tiny_pair import target_references, tiny_head, tiny_pair
 
 PROMPTS = {"short": list(b"Hi there"), "longer": list(b"Speculative decoding, greedily.")}
 MAX_NEW, ROOM = 20, 128
@@ -26,24 +26,12 @@ TREES = ("2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0;0.1", "1x1x1", "dynamic:2,7,
 
 @pytest.fixture(scope="module")
 def models():
-    target = load_model("tiny-qwen3", "cpu", seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", "cpu", seed=2, max_seq_len=ROOM).model
-    return target, draft
+    return tiny_pair(ROOM)
 
 
 @pytest.fixture(scope="module")
 def references(models):
-    dec = Decoder(models[0], K=1, graphs=False)
-    return {name: dec.reference(ids, MAX_NEW + 16) for name, ids in PROMPTS.items()}
-
-
-def _head(draft, kind):
-    w = draft.head_weight
-    if kind == "dense":
-        return DenseHead(w)
-    if kind == "shortlist":
-        return ShortlistHead(w, torch.arange(0, 512, 2))
-    return FlashHead(w, build_clustering(w, seed=0), probes=4)
+    return target_references(models[0], PROMPTS, MAX_NEW + 16)
 
 
 def _decoder(models, tree, head="dense", spec=None, name="short", references=None, **kw):
@@ -52,7 +40,8 @@ def _decoder(models, tree, head="dense", spec=None, name="short", references=Non
     if spec is not None:
         control = AcceptanceControl(spec, 512, ROOM, torch.device("cpu"), seed=3)
         control.bind(references[name], len(PROMPTS[name]), name)
-    return Decoder(target, draft, _head(draft, head), K=3, graphs=False, control=control, tree=parse_tree(tree), **kw)
+    shape = parse_tree(tree)
+    return Decoder(target, draft, tiny_head(draft, head), K=3, graphs=False, control=control, tree=shape, **kw)
 
 
 # the real draft (spec None) and acceptance control, with dense and FlashHead (its real draft: static trees)

@@ -8,14 +8,9 @@ import pytest
 import torch
 
 from contracts.trees import TREE_SCHEDULES, parse_tree
-from model.acceptance_control import AcceptanceControl
-from model.decoder import Decoder
-from model.flashhead import build_clustering
-from model.heads import DenseHead, FlashHead
-from model.loading import load_model
-from model.pair import resolve_placement
 from model.sampling import SamplingSettings
 from tests.test_model_trees import tree_rows_equal_chain_rows
+from tests.tiny_pair import gpu_decoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
 
@@ -27,18 +22,7 @@ MAX_NEW, ROOM = 40, 256
 def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="float32", **kw):
     """Tiny models; in bfloat16 their random logits are often near-tied, so a tree row that differed from
     a chain row in the last bit would show."""
-    _, target_device, draft_device = resolve_placement(placement)
-    target = load_model("tiny-qwen3", target_device, dtype, seed=1, max_seq_len=ROOM).model
-    draft = load_model("tiny-qwen3-draft", draft_device, dtype, seed=2, max_seq_len=ROOM).model
-    w = draft.head_weight
-    draft_head = DenseHead(w) if head == "dense" else FlashHead(w, build_clustering(w, seed=0), probes=4)
-    control = AcceptanceControl(spec, 512, ROOM, draft_device, seed=0) if spec else None
-    shape = parse_tree(tree)
-    dec = Decoder(target, draft, draft_head, graphs=graphs, control=control, tree=shape, **kw)
-    reference = dec.reference(PROMPT, MAX_NEW + 2 * shape.depth + 2)
-    if control is not None:
-        control.bind(reference, len(PROMPT), "p")
-    return dec, reference[:MAX_NEW]
+    return gpu_decoder(placement, PROMPT, MAX_NEW, ROOM, head, spec, dtype, graphs=graphs, tree=parse_tree(tree), **kw)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)

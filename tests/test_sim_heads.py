@@ -42,18 +42,45 @@ def test_a_positional_head_is_costed_per_draft_position(tmp_path):
     assert _head_ms_per_step(profile, "flashhead:64,4") == pytest.approx((0.89 + 0.29 + 0.29) / 3)
 
 
-def test_agreement_per_position_from_the_curve_then_the_pooled_budgets(tmp_path):
+def test_agreement_per_position_from_the_pooled_budgets_shaped_by_a_curve(tmp_path):
     profile = Profile(tiny_heads_profile(), "test")
+    # the curve shortlist:1000,100 (20 rounds, prefix 0.8 then 0.2) lifts position 2 by
+    # (4 + 10 x 0.444) / ((16 + 10) x 0.444), 0.444 = 0.8 x 0.5 / 0.9 the agreement it would have with no lift
+    lift = (4 + 10 * 0.8 * 0.5 / 0.9) / (26 * 0.8 * 0.5 / 0.9)
     rates, how = agreement_per_position(profile, "shortlist:1000,100", 4, K=3)
-    assert rates == pytest.approx([0.9, 0.5, 0.5, 0.5]) and "pooled" in how
+    assert rates == pytest.approx([0.9, 0.5 * lift, 0.5 * lift, 0.5 * lift]) and "pooled" in how
     rates, how = agreement_per_position(profile, "shortlist:1000,300", 4, K=2)
     middle = 0.5 + 0.4 * 0.4771213  # log2(300) is 0.477 of the way from log2(100) to log2(1000)
-    assert rates == pytest.approx([0.9, middle, middle], abs=1e-4) and "pooled" in how
+    assert rates == pytest.approx([0.9, middle * lift, middle * lift], abs=1e-4)
+    assert "shortlist:1000,100's measured curve" in how  # the kind's nearest curve shapes a spec without one
     del profile.raw["heads"]["agreement"]["pooled"]["shortlist"]  # the spec's own curve: prefix 0.8, 0.2
     rates, how = agreement_per_position(profile, "shortlist:1000,100", 4, K=3)
     assert rates == pytest.approx([0.8, 0.25, 0.25, 0.25]) and "per-position curve" in how
     with pytest.raises(UsageError, match="measured at budgets 8..32 only"):
         agreement_per_position(profile, "router:64", 4, K=2)
+
+
+def _rising(rounds: int) -> Profile:
+    """shortlist:100 pooled at 0.5, and a curve that agrees 0.5 at position 1 and 0.9 given agreement after."""
+    prefixes = (0.5, 0.45, 0.405)
+    curve = [{"position": i + 1, "n": rounds, "agree": 0.9, "prefix": p} for i, p in enumerate(prefixes)]
+    raw = tiny_heads_profile()
+    raw["heads"]["agreement"]["curves"] = {"shortlist:100": curve}
+    return Profile(raw, "test")
+
+
+def test_a_fixed_budget_head_agrees_more_where_its_curve_says_agreement_so_far_selects_easy_states():
+    """Pooled agreement is over all states; a later draft position is reached only after agreeing, on
+    easier states. A fixed budget no longer gives one flat rate: the pooled level, the curve's shape."""
+    rates, _ = agreement_per_position(_rising(200), "shortlist:100", 4, K=3)
+    assert rates[0] == pytest.approx(0.5)  # position 1: the pooled rate (hundreds of states)
+    assert rates[1] == pytest.approx(0.5 * (90 + 5) / (110 * 0.5))  # 0.864: not the flat 0.5
+    assert rates[2] == pytest.approx(0.5 * (81 + 5) / (100 * 0.5)) and rates[3] == rates[2]
+    few, _ = agreement_per_position(_rising(2), "shortlist:100", 4, K=3)  # control: 2 rounds barely move it
+    assert few[0] == 0.5 and 0.5 < few[1] < 0.55
+    falling = _rising(200)
+    falling.raw["heads"]["agreement"]["curves"]["shortlist:100"][1]["prefix"] = 0.2  # agreement 0.4 given 1
+    assert agreement_per_position(falling, "shortlist:100", 4, K=3)[0][1] < 0.5
 
 
 def test_acceptance_is_the_dense_acceptance_times_agreement():
@@ -82,12 +109,18 @@ def test_the_head_sweep_ranks_cheap_agreeing_heads_first_and_disagreeing_ones_la
         kind: [{"budget": b, "n": 9, "agree": 1.0} for b in budgets]
         for kind, budgets in (("shortlist", (100, 1000)), ("router", (8, 32)))
     }
-    agreeing = _write(tmp_path, tiny_heads_profile(pooled=full))
+
+    def flat(pooled):  # pooled rows only: no curve shapes them per position
+        raw = tiny_heads_profile(pooled=pooled)
+        raw["heads"]["agreement"]["curves"] = {}
+        return raw
+
+    agreeing = _write(tmp_path, flat(full))
     # with full agreement only the head's cost differs: 0.1 < 0.5 < 1 (dense) < 2 ms (router)
     assert _ranked(capsys, agreeing, heads) == ["shortlist:100", "shortlist:1000", "dense", "router:8"]
     full["shortlist"][0]["agree"] = 0.0  # control: the cheapest head now never agrees
     (tmp_path / "disagreeing").mkdir()
-    disagreeing = _write(tmp_path / "disagreeing", tiny_heads_profile(pooled=full))
+    disagreeing = _write(tmp_path / "disagreeing", flat(full))
     assert _ranked(capsys, disagreeing, heads)[-1] == "shortlist:100"
 
 
@@ -164,3 +197,36 @@ def test_heads_report_marks_the_pareto_front_and_refuses_a_profile_without_heads
     bare.mkdir()
     assert main(["--profile", _write(bare, tiny_profile()), "--out", str(tmp_path / "none")]) == 2
     assert not (tmp_path / "none").exists()
+
+
+def test_head_positions_scores_the_source_that_matches_a_recorded_head_run_best(tmp_path, capsys):
+    """validate.head_positions: dense rounds accept everything; the head's run accepts position 1 in half
+    the rounds and every later one (agreement 0.5, then 1 given agreement, like _rising's curve). The
+    shaped rule predicts it better than the flat pooled rate, and scores higher."""
+    from tests.sim_fixtures import trace_lines
+    from validate.head_positions import main
+
+    K = 3
+    profile = _rising(200)
+    path = _write(tmp_path, profile.raw)
+    dense, head = [], []
+    for prompt in range(8):
+        dense += trace_lines([K] * 20, K=K, prompt_id=f"p{prompt}")
+        head += trace_lines([K, 0] * 10, K=K, prompt_id=f"p{prompt}")
+    for line in head:
+        line["head"], line["probes"] = "shortlist", None
+    for name, lines in (("dense", dense), ("head", head)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    argv = ["--profile", path, "--dense", str(tmp_path / "dense.jsonl"), "--head-trace", str(tmp_path / "head.jsonl")]
+    assert main([*argv, "--head", "shortlist:100", "--out", str(tmp_path / "out.md")]) == 0
+    scores = {}
+    for line in (tmp_path / "out.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[-2].startswith("-") and cells[-2] != "---":
+            scores[cells[1]] = float(cells[-2])
+    assert scores["simulator's rule"] > scores["pooled rate alone (flat)"]
+    assert "| head, measured (accepted / tested) | 0.500 (80/160) | 1.000 (80/80) | 1.000 (80/80) | 1.500 | |" in (
+        capsys.readouterr().out
+    )
+    assert main([*argv, "--head", "router:8"]) == 2  # the head trace ran a shortlist
+    assert main([*argv[:2], "--dense", str(tmp_path / "head.jsonl"), *argv[4:], "--head", "shortlist:100"]) == 2

@@ -15,9 +15,11 @@ def is_curve(text: str | None) -> bool:
     return text not in (None, "none") and is_control(text) and parse_control(text).curve
 
 
-def head_controls(text: str | None, profile_path: str | None, heads, ks, probes: int | None) -> dict:
+def head_controls(
+    text: str | None, profile_path: str | None, heads, ks, probes: int | None, greedy: bool = True
+) -> dict:
     """{(K, head): its resolved control, a=R1,...} for a curve spec ({} for any other); bad input where
-    the profile lacks a head's agreement."""
+    the profile lacks a head's agreement, or where sampled rounds (one rate) would meet rates per position."""
     if not is_curve(text):
         return {}
     if not profile_path:
@@ -25,7 +27,14 @@ def head_controls(text: str | None, profile_path: str | None, heads, ks, probes:
     profile = load_profile(profile_path)
     spec = parse_control(text)
     probes = probes or profile.default_probes
-    return {(K, head): head_control(spec, profile, head, probes, K).label for K in ks for head in heads}
+    controls = {(K, head): head_control(spec, profile, head, probes, K) for K in ks for head in heads}
+    for (_, head), control in controls.items():
+        if control.per_position and not greedy:
+            raise UsageError(
+                f"--acceptance {text}: head {head}'s agreement differs per draft position ({control.label}), and "
+                "sampled rounds are controlled at one rate; under sampling give a=RATE"
+            )
+    return {key: control.label for key, control in controls.items()}
 
 
 def base_control(text: str | None) -> str | None:

@@ -132,7 +132,7 @@ def run(args) -> Path:
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1], trees)
     check_acceptance(args.acceptance, args.sampling.greedy, curve_allowed=True)
-    curves = head_controls(args.acceptance, args.profile, heads, ks, args.probes)
+    curves = head_controls(args.acceptance, args.profile, heads, ks, args.probes, args.sampling.greedy)
     prompts = choose_prompts(args.prompts, args.prompts_file, args.n_prompts)
     out = report_folder(args.out, "validation", placement, target_device, args.force)
     longest_K = max([K_max] + [c.K for c in configs])  # a tree's depth may pass the chains' K
