@@ -25,6 +25,8 @@ from contracts.trees import TreeShape
 
 from .acceptance import ControlledAcceptance, TraceReplay
 
+LOOK_AHEAD = "pipelined-deferred"  # the schedule whose look-ahead a sampled bonus decides
+
 
 def is_sampled(temperature: float, source) -> bool:
     """Whether the rounds simulated are sampled: a temperature above 0, or a trace recorded under sampling."""
@@ -59,3 +61,18 @@ def check_sampled_source(shape: TreeShape, source, temperature: float, label: st
         "trace recorded with it under sampling; the profile's tree rates (greedy top-k) and beta curves (a "
         "sampled chain's) do not give multi-branch rejection's rate"
     )
+
+
+def sampled_schedules(allowed: tuple, shape: TreeShape, source, temperature: float, notes: list) -> tuple:
+    """The schedules a tree (`allowed` greedy) runs with under sampling. pipelined-deferred's look-ahead
+    is used when the sampled bonus token equals the draft's guess e1: acceptance control does not set
+    that (the draft keeps its own sampled tokens), so a chain under control leaves it out; a trace
+    recorded with the tree would carry it."""
+    own_trace = isinstance(source, TraceReplay) and source.trees == [shape.label]
+    if not is_sampled(temperature, source) or own_trace or LOOK_AHEAD not in allowed:
+        return allowed
+    notes.append(
+        f"tree {shape.label} under sampling: {LOOK_AHEAD} is left out (its look-ahead is used when the sampled "
+        "bonus equals the draft's guess, which acceptance control does not set)"
+    )
+    return tuple(schedule for schedule in allowed if schedule != LOOK_AHEAD)

@@ -20,7 +20,7 @@ from contracts.names import SPECULATIVE_SCHEDULES
 from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
 
 from .acceptance import ControlledAcceptance, TraceReplay
-from .sampled_trees import check_sampled_source
+from .sampled_trees import check_sampled_source, sampled_schedules
 
 MEASURE_HINT = "python -m measure.tree_rates measures them"
 
@@ -145,6 +145,7 @@ def tree_setup(
         )
     chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
     allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
+    allowed = sampled_schedules(allowed, shape, source, scenario.temperature, notes)  # sim/sampled_trees.py
     schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
     heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)
     if scenario.policies != ("fixed",) or scenario.drafters != ("draft-model",):

@@ -3,6 +3,8 @@ predicts under acceptance control is the sampled tree decoder's (a statistical c
 whose negative control, a wrong rule, fails it); a sampled tree pays the sampled verify and the greedy
 heads; sources that cannot answer a sampled tree are refused in one line. Timings are never asserted."""
 
+import csv
+import json
 import math
 import statistics
 
@@ -166,6 +168,10 @@ def test_a_trace_recorded_under_sampling_with_the_tree_replays_as_recorded(profi
         (["--acceptance", "0.6"], "tree 2x1: under sampling a tree's acceptance comes from acceptance control"),
         (["--acceptance", "{greedy}"], "tree 2x1: temperature=0.7 with a trace recorded greedy"),
         (["--acceptance", "{sampled}", "--tree", "2x2"], "tree 2x2: under sampling a tree's acceptance comes from"),
+        (
+            ["--acceptance", "a=0.5", "--tree", "chain", "--schedule", "pipelined-deferred"],
+            "(asked: pipelined-deferred)",
+        ),
     ],
 )
 def test_sources_that_cannot_answer_a_sampled_tree_are_refused_in_one_line(
@@ -175,9 +181,41 @@ def test_sources_that_cannot_answer_a_sampled_tree_are_refused_in_one_line(
     (tmp_path / "sampled").mkdir()
     traces = {"{greedy}": tree_trace(tmp_path / "greedy", False), "{sampled}": tree_trace(tmp_path / "sampled", True)}
     argv = [traces.get(arg, arg) for arg in argv]
-    common = ["--profile", str(profile_path), "--tree", "2x1", "--schedule", "ordinary", "--head", "dense"]
+    common = ["--profile", str(profile_path), "--tree", "2x1", "--schedule", "ordinary", "--head", "dense", "--K", "2"]
     out = tmp_path / "out"
     assert main([*common, "--what-if", "temperature=0.7", *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
+
+
+def test_validate_runs_sampled_trees_and_predicts_them_with_the_trees_costs(tmp_path):
+    """Tiny models on the CPU at T = 0.7 under control: the tree's run samples, its trace replays to the
+    same accepted paths, it is predicted from the control's rule too, and its calibration scales the
+    greedy head (the one a tree's draft pays) while the chain's scales the sampled one."""
+    from validate.__main__ import main as validate
+
+    profile = sampled_costs_profile("cpu")
+    profile["regimes"]["eager"]["target"]["forward_ms"] = {
+        "points": [dict(timing(10.0 + n), n_tokens=n, context=8) for n in range(1, 13)]
+    }
+    (profile_path,) = write(tmp_path, profile)
+    out = tmp_path / "report"
+    argv = [
+        *("--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--prompts", "81,111"),
+        *("--profile", str(profile_path), "--schedules", "deferred", "--heads", "dense", "--K", "2"),
+        *("--n-prompts", "1", "--max-new-tokens", "8", "--trees", "chain,2x1", "--acceptance", "a=0.6"),
+        *("--temperature", "0.7", "--out", str(out)),
+    ]
+    assert validate(argv) == 0
+    rows = {r["configuration"]: r for r in csv.DictReader((out / "results.csv").open())}
+    tree = rows["deferred-dense-tree2x1"]
+    lines = [json.loads(x) for x in (out / "traces" / "deferred-dense-tree2x1.trace.jsonl").read_text().splitlines()]
+    assert lines and all(line["sample"] == 0 and line["tree"] == "2x1" for line in lines)
+    assert float(tree["measured_mean_accepted"]) == pytest.approx(float(tree["predicted_mean_accepted"]))
+    assert 0 <= float(tree["control_rule_mean_accepted"]) <= 2 and float(tree["control_rule_tok_s"]) > 0
+    report = (out / "report.md").read_text()
+    calibrations = next(line for line in report.splitlines() if line.startswith("- Calibration:"))
+    chain_part, tree_part = calibrations.split("tree2x1-dense:")
+    assert "sampling.costs.regimes.eager.head_dense_ms" in chain_part and "draft.head_dense_ms" in tree_part
+    assert "the tree's draft heads as greedy" in report
