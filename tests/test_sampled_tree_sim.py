@@ -219,3 +219,4 @@ def test_validate_runs_sampled_trees_and_predicts_them_with_the_trees_costs(tmp_
     chain_part, tree_part = calibrations.split("tree2x1-dense:")
     assert "sampling.costs.regimes.eager.head_dense_ms" in chain_part and "draft.head_dense_ms" in tree_part
     assert "the tree's draft heads as greedy" in report
+    assert "The runs sample: the control then sets each node's accept number" in report
