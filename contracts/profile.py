@@ -202,8 +202,8 @@ def _fraction(value) -> bool:
 
 
 # What `python -m measure --temperature T` adds to the sampling section, per regime: the verify's
-# decision as the decoder makes it greedily and under sampling (tables over n_tokens = K + 1), and the
-# draft's heads under sampling (q and its draw; dense a timing, FlashHead a table over probes).
+# decision as the decoder makes it greedily and under sampling (tables over n_tokens = K + 1 and any tree
+# widths), and the draft's heads under sampling (q and its draw; dense a timing, FlashHead a table over probes).
 SAMPLING_COSTS = ("verify_greedy_ms", "verify_sampled_ms", "head_dense_ms", "head_flashhead_ms")
 
 

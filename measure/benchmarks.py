@@ -54,6 +54,12 @@ class Bench:
         return time_op(fn, inputs, device, reps=self.reps, warmup=self.warmup, **kw)
 
 
+def verify_widths(K_max: int, tree_widths) -> list[int]:
+    """Token counts of the sampling verify tables: the chain's K + 1 for K = 0..K_max and every tree
+    width, so that a tree's verify (node count + 1) is read where it was timed."""
+    return sorted(set(range(1, K_max + 2)) | set(tree_widths))
+
+
 def decode_K(K_max: int, tree_widths) -> int:
     """The K of the decoder the target forwards are timed in: its fixed width covers K_max + 2 tokens
     and every tree width (the decoder's width grows to a tree's node count + 1)."""

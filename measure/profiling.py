@@ -34,6 +34,7 @@ from .benchmarks import (
     host_costs,
     round_host_costs,
     target_costs,
+    verify_widths,
 )
 from .head_profile import head_cost_section, head_points
 
@@ -163,7 +164,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + len(contexts) * (1 if settings.early_exit_layers is None else 2)
             + (settings.early_exit_layers is not None)
             + head_points(settings.heads)
-            + (0 if sampling.greedy else settings.K_max + 2 + len(probes))
+            + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)) + 1 + len(probes))
         )
         + 2
     )

@@ -24,7 +24,7 @@ from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.sampling import SamplingSettings, verify_block_reference
 
-from .benchmarks import Bench
+from .benchmarks import Bench, verify_widths
 from .verify_speed import greedy_settle
 
 VARIANTS = 4  # inputs rotated through the timed calls
@@ -38,11 +38,15 @@ def sampling_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> dict:
 
 
 def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[dict, dict]:
-    """Tables over n_tokens = K + 1 (K = 0 .. K_max) of the verify's decision, greedy and sampled."""
+    """Tables over n_tokens = K + 1 (K = 0 .. K_max, and every tree width: benchmarks.verify_widths) of the verify's
+    decision, greedy and sampled. A tree's sampled settle (multi-branch rejection, model/tree_rounds.py)
+    is costed by the chain's verification over as many rows: the target's distributions, the bulk of it,
+    are the same."""
     model, device = b.target.model, b.target_device
     vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
-    greedy = Decoder(model, K=b.K_max + 1, graphs=False, fixed_width=False)
-    sampled = Decoder(model, K=b.K_max + 1, graphs=False, fixed_width=False, sampling=settings)
+    widths = verify_widths(b.K_max, b.tree_widths)
+    greedy = Decoder(model, K=widths[-1], graphs=False, fixed_width=False)
+    sampled = Decoder(model, K=widths[-1], graphs=False, fixed_width=False, sampling=settings)
     greedy_pick = GraphedCall(greedy._pick, enabled=graphs)
     sampled_pick = GraphedCall(sampled._pick, enabled=graphs)
     at = torch.tensor([max(b.contexts)], device=device)
@@ -59,7 +63,7 @@ def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[d
 
     generator = torch.Generator().manual_seed(0)
     greedy_points, sampled_points = [], []
-    for n in range(1, b.K_max + 2):
+    for n in widths:
         inputs = []
         for _ in range(VARIANTS):
             hidden = torch.randn(n, hidden_size, generator=generator).to(device, model.head_weight.dtype)

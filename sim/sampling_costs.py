@@ -34,9 +34,12 @@ class SampledForward:
         return self.forward.host_ms(**axes) + max(0.0, self.sampled.host_ms(**n) - self.greedy.host_ms(**n))
 
 
-def sampled_costs(costs: Costs, sampling: dict | None, regime: str, where: str, notes: list) -> Costs:
+def sampled_costs(
+    costs: Costs, sampling: dict | None, regime: str, where: str, notes: list, heads: bool = True
+) -> Costs:
     """`costs` as sampling pays them where the profile measured it; else `costs` unchanged and a
-    warning in `notes` (the verify and heads are then charged as greedy)."""
+    warning in `notes` (the verify and heads are then charged as greedy). `heads` False: the draft's
+    heads stay greedy (a token tree's draft ranks its top-k children, sim/sampled_trees.py)."""
     section = ((sampling or {}).get("costs") or {}).get("regimes", {}).get(regime)
     if section is None:
         notes.append(
@@ -54,27 +57,31 @@ def sampled_costs(costs: Costs, sampling: dict | None, regime: str, where: str, 
     sampled = copy.copy(costs)
     sampled.named = {**costs.named, **{f"sampling.{name}": cost for name, cost in parsed.items()}}
     sampled.verify = SampledForward(costs.verify, parsed["verify_greedy_ms"], parsed["verify_sampled_ms"])
-    sampled.head_dense, sampled.head_flashhead = parsed["head_dense_ms"], parsed["head_flashhead_ms"]
+    if heads:
+        sampled.head_dense, sampled.head_flashhead = parsed["head_dense_ms"], parsed["head_flashhead_ms"]
     notes.append(
-        f"sampling costs: the verify and the draft heads as timed at temperature {timed['temperature']:g}, "
-        f"top-k {timed['top_k'] or 'off'}, top-p {timed['top_p']:g} (the profile's sampling.costs)"
+        f"sampling costs: the verify{' and the draft heads' if heads else ''} as timed at temperature "
+        f"{timed['temperature']:g}, top-k {timed['top_k'] or 'off'}, top-p {timed['top_p']:g} (the profile's "
+        "sampling.costs)" + ("" if heads else "; the tree's draft heads as greedy (they rank, nothing is drawn)")
     )
     return sampled
 
 
-def sampled_profile(profile, regime: str, notes: list):
+def sampled_profile(profile, regime: str, notes: list, heads: bool = True):
     """A view of `profile` whose `regime` costs are `sampled_costs` (the profile itself is unchanged)."""
     view = copy.copy(profile)
+    sampling = profile.raw.get("sampling")
     view.costs = {
         **profile.costs,
-        regime: sampled_costs(profile.costs[regime], profile.raw.get("sampling"), regime, profile.source, notes),
+        regime: sampled_costs(profile.costs[regime], sampling, regime, profile.source, notes, heads),
     }
     return view
 
 
-def sampled_head_cost_path(raw: dict, regime: str, head: str) -> str:
+def sampled_head_cost_path(raw: dict, regime: str, head: str, heads: bool = True) -> str:
     """The profile path (a what-if key) of the draft head's cost as a sampled run pays it: its sampled
-    form where the profile timed it, else the greedy head's."""
+    form where the profile timed it and the draft samples (`heads`, as in `sampled_costs`), else the
+    greedy head's."""
     name = "head_dense_ms" if head == "dense" else "head_flashhead_ms"
     measured = ((raw.get("sampling") or {}).get("costs") or {}).get("regimes", {})
-    return f"sampling.costs.regimes.{regime}.{name}" if regime in measured else f"draft.{name}"
+    return f"sampling.costs.regimes.{regime}.{name}" if heads and regime in measured else f"draft.{name}"

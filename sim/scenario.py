@@ -37,6 +37,7 @@ from .acceptance import (
     TraceReplay,
 )
 from .profile import DATA, Profile, load_profile
+from .sampled_trees import drafts_sample
 from .sampling_costs import sampled_profile
 from .schedules import Config
 from .simulate import simulate
@@ -293,7 +294,7 @@ def resolve(s: Scenario) -> Resolved:
     notes.append(f"acceptance: {source.describe()}")
     for head in s.heads:
         profile.costs[regime].head_table.check(head, probes)
-    if s.temperature > 0:
+    if s.temperature > 0 and s.tree is None:  # a tree's acceptance under sampling: sim/sampled_trees.py
         if s.drafters != ("draft-model",):
             raise UsageError(
                 f"temperature={s.temperature:g}: sampling is modeled for the draft-model drafter only "
@@ -332,7 +333,7 @@ def resolve(s: Scenario) -> Resolved:
         notes.append("drafters: a synthetic acceptance source gives every drafter the same acceptance")
     profile.costs[regime].check_drafters(s.drafters)
     if s.temperature > 0 or (traced and source.sampled):
-        profile = sampled_profile(profile, regime, notes)
+        profile = sampled_profile(profile, regime, notes, heads=drafts_sample(tree))
     return Resolved(profile, regime, sources, generations, configs, notes)
 
 

@@ -20,6 +20,7 @@ from contracts.names import SPECULATIVE_SCHEDULES
 from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
 
 from .acceptance import ControlledAcceptance, TraceReplay
+from .sampled_trees import check_sampled_source, sampled_schedules
 
 MEASURE_HINT = "python -m measure.tree_rates measures them"
 
@@ -117,6 +118,7 @@ def tree_setup(
     shape = parse_tree(scenario.tree, label)
     if shape.kind == "chain":
         shape = replace(chain_shape(K), label="chain")
+    notes += check_sampled_source(shape, source, scenario.temperature, label)  # sim/sampled_trees.py
     if shape.label != "chain" and isinstance(source, TraceReplay) and source.trees == [shape.label]:
         tree_source = source  # the tree's own rounds, replayed as recorded
         notes.append(f"acceptance: {source.describe()}, recorded with tree {shape.label}")
@@ -143,12 +145,11 @@ def tree_setup(
         )
     chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
     allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
+    allowed = sampled_schedules(allowed, shape, source, scenario.temperature, notes)  # sim/sampled_trees.py
     schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
     heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)
     if scenario.policies != ("fixed",) or scenario.drafters != ("draft-model",):
         raise UsageError(f"{label}: trees are drafted by a fixed draft model (no --policy or --drafter)")
-    if scenario.temperature > 0:
-        raise UsageError(f"{label}: trees are simulated for greedy decoding only (temperature 0)")
     return shape, tree_source, schedules, heads, shape.depth
 
 

@@ -21,6 +21,7 @@ from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
 from model.router import split_clusters  # noqa: E402
 from tests.sim_fixtures import tensor_parallel_section, tiny_heads_profile, tiny_profile, trace_lines  # noqa: E402
+from tests.test_sim_trees import tree_profile  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
 VALIDATE = [*TINY, "--n-prompts", "1", "--max-new-tokens", "8", "--K", "2"]
@@ -72,6 +73,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     with_tp2 = tiny_profile()
     with_tp2["tensor_parallel"] = {"tp2": tensor_parallel_section()}
     put("tp2_profile.json", json.dumps(with_tp2))
+    put("trees_profile.json", json.dumps(tree_profile()))
     with_tp2["tensor_parallel"]["tp2"]["ranks"] = 3
     put("bad_tp2_profile.json", json.dumps(with_tp2))
     (folder / "runs" / "traces").mkdir(parents=True)
@@ -174,6 +176,11 @@ CASES = [
     ("sim", ["--tree", "2x2x1"], "tree 2x2x1: the profile has no per-depth top-k rates (no 'trees' section)"),
     ("sim", ["--sweep", "tree=chain+paths:1.0"], "sweep tree: tree 'paths:1.0': path 1.0 has no parent path"),
     ("sim", ["--what-if", "tree=9x9"], "what-if tree: tree '9x9': more than 64 nodes"),
+    (
+        "sim",
+        ["--profile", "{trees_profile.json}", "--tree", "2x1", "--what-if", "temperature=0.7"],
+        "tree 2x1: under sampling a tree's acceptance comes from acceptance control (--acceptance a=RATE) or a trace",
+    ),
     # model: choices, numbers, files, sizes, devices, checkpoints
     ("model", ["--schedule", "fastest"], "unknown schedule 'fastest'"),
     ("model", ["--head", "sparse"], "unknown head 'sparse'"),
@@ -324,7 +331,11 @@ CASES = [
         "trees run with --schedules",
     ),
     ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--heads", "flashhead"], "with the dense head"),
-    ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--temperature", "0.7"], "trees are validated greedy"),
+    (
+        "validate",
+        [*VALIDATE, "--measure", "--trees", "2x2x1", "--temperature", "0.7", "--schedules", "pipelined-deferred"],
+        "trees run with --schedules",
+    ),
     ("validate", [*VALIDATE, "--peers", "--trees", "2x2x1"], "--trees: trees run in the default validation"),
     # validate --drafter/--policy (validate/policies.py)
     ("validate", [*VALIDATE, "--policy", "greedy"], "--policy: 'greedy' is unknown; valid: fixed, heuristic"),

@@ -34,6 +34,7 @@ what a validation run does (default):
   rule alone (a node's top-k children hold the target's token with probability 1-(1-a)^k): predicted
   against measured mean accepted length and tok/s. Every decoder runs at one fixed width on a GPU, the
   widest tree's node count + 1, which --measure times (python -m measure --tree-widths for --profile).
+  With --temperature T the trees sample (multi-branch rejection); the control's rule holds unchanged.
 
 --peers:
   Hugging Face generate (greedy) and assisted generation (same draft, K proposals a round), built over

@@ -60,9 +60,10 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
     sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
-    if sampled:
+    if sampled:  # a tree's draft ranks its children: it pays the greedy head (sim/sampled_trees.py)
         regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
-        head_path = sampled_head_cost_path(load_profile(str(profile_path)).raw, regime, head)
+        chains = all(config.tree == "chain" for config, *_ in records)
+        head_path = sampled_head_cost_path(load_profile(str(profile_path)).raw, regime, head, chains)
     else:
         head_path = head_cost_path(profile_path, head, HEAD_COSTS)
     phases = {**PHASES_OF_COST, head_path: ("draft_head",)}

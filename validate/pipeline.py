@@ -29,6 +29,7 @@ from model.prompts import select_prompts
 from model.trace import timeline_meta
 from sim import tensor_parallel
 from sim.profile import load_profile
+from sim.sampled_trees import drafts_sample
 from sim.sampling_costs import sampled_profile
 
 from . import report
@@ -118,7 +119,7 @@ def run(args) -> Path:
     ks = parse_ks(args.K)
     _check_numbers(args, heads)
     args.sampling = sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, args.acceptance)
-    trees = validated_trees(args.trees, schedules, heads, args.sampling.greedy)
+    trees = validated_trees(args.trees, schedules, heads)
     configs = matrix(schedules, heads, ks, trees)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)
@@ -393,8 +394,8 @@ def _predict_all(
             write_timeline(folder / PREDICTED_TIMELINE, intervals, timeline)
         sampled = any("sample" in line for line in lines)
         regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
-        closed_costs = sampled_profile(profile, regime, []).costs[regime] if sampled else costs
         tree = parse_tree(config.tree) if config.tree != "chain" else None
+        closed_costs = sampled_profile(profile, regime, [], drafts_sample(tree)).costs[regime] if sampled else costs
         closed = closed_form(closed_costs, config.schedule, config.head, config.K, probes, placement, lines, tree)
         rate = control_rate(summary["config"]) if tree is not None else None
         by_control = None

@@ -181,7 +181,14 @@ def tree_section(results: list[Result]) -> list[str]:
         f"(mean over {ruled[0].by_control['seeds']} seeds of its draws). A dynamic tree picks its nodes by the "
         "synthetic draft's own probabilities, which the rule does not know: the simulator stands in a static tree "
         "for it (docs/design.md), so its rule prediction is an approximation. The results table above predicts "
-        "every tree by replaying its trace, as every chain.",
+        "every tree by replaying its trace, as every chain."
+        + (
+            " The runs sample: the control then sets each node's accept number (0 at its position's hit rank, "
+            "+inf elsewhere), so the accepted paths follow the same rule (docs/design.md, Token trees in the "
+            "simulator)."
+            if ruled[0].summary["config"].get("sampling")
+            else ""
+        ),
         "",
         *_md_table(TREE_HEADERS, rows),
         "",

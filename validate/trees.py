@@ -35,7 +35,7 @@ from .predict import scenario_for
 CONTROL_SEEDS = 16
 
 
-def validated_trees(text: str, schedules: tuple, heads: tuple, greedy: bool) -> tuple[str, ...]:
+def validated_trees(text: str, schedules: tuple, heads: tuple) -> tuple[str, ...]:
     """--trees as labels, `chain` for the chains of --K; a tree needs a schedule and a head it runs with."""
     labels = tuple(tree.label for tree in parse_trees(text, "--trees"))
     if any(label != "chain" for label in labels):
@@ -43,8 +43,6 @@ def validated_trees(text: str, schedules: tuple, heads: tuple, greedy: bool) -> 
             raise UsageError(f"--trees: trees run with --schedules {' or '.join(TREE_SCHEDULES)}; asked: {schedules}")
         if not set(heads) & set(TREE_HEADS):
             raise UsageError(f"--trees: trees are validated with the {' or '.join(TREE_HEADS)} head; --heads lacks it")
-        if not greedy:
-            raise UsageError("--trees: trees are validated greedy (the simulator models greedy tree acceptance only)")
     return labels
 
 
