@@ -103,15 +103,6 @@ class AWQLinear(nn.Module):
             self.select_kernel(dtype=x.dtype)
         return self._run(x)
 
-    def fuses_norms(self, rows: int) -> bool:
-        """Whether `matmul_fused` runs this layer at `rows` rows: on the triton kernel, below the prefill's rows."""
-        return isinstance(self._run, _TritonRun) and (self.prefill_rows is None or rows < self.prefill_rows)
-
-    def matmul_fused(self, x, residual: torch.Tensor | None = None):
-        """The triton kernel with model/gemm_norms.py's fusions: x [rows, in] or a PendingNorm; with
-        `residual`, (residual + x @ W, its tile sums of squares). Only where `fuses_norms`."""
-        return awq_triton.w4a16_matmul(x, self._run.planes, tickets=self._run.tickets, residual=residual)
-
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_float(cls, linear: nn.Linear, group_size: int) -> AWQLinear:
@@ -245,7 +236,12 @@ class AWQLinear(nn.Module):
             unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size
         )
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
-        return _TritonRun(planes, tickets, dtype)
+
+        def run(x):
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
+            return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+        return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):
         self._require_device("cuda")
@@ -297,15 +293,3 @@ class AWQLinear(nn.Module):
             return F.linear(x, self.dequantize().to(x.dtype))
 
         return run
-
-
-class _TritonRun:
-    """The triton kernel's forward of one AWQ layer: its planes and split-K tickets, kept for every call."""
-
-    def __init__(self, planes: awq_triton.Planes, tickets: torch.Tensor, dtype: torch.dtype):
-        self.planes, self.tickets, self.dtype = planes, tickets, dtype
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.planes.in_features).to(self.dtype).contiguous()
-        y = awq_triton.w4a16_matmul(flat, self.planes, tickets=self.tickets)
-        return y.to(x.dtype).view(*x.shape[:-1], self.planes.out_features)

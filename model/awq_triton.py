@@ -47,8 +47,6 @@ from typing import NamedTuple
 
 import torch
 
-from model import gemm_norms
-from model.gemm_norms import inverse_rms, normalized
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import launching_on, tl, triton
 
@@ -138,22 +136,18 @@ def default_splits(M: int, planes: Planes, device: torch.device) -> int:
 
 
 def w4a16_matmul(
-    x: torch.Tensor | gemm_norms.PendingNorm,
+    x: torch.Tensor,
     planes: Planes,
     splits: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-):
+) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
-    them so a split-K call needs no memset; without enough, the call makes its own. model/gemm_norms.py:
-    x may be a PendingNorm (normalized on load); with `residual` [M, N] the result is (residual + y, its
-    tile sums of squares), for the next GEMM's PendingNorm."""
-    x, norm_in = gemm_norms.input_arguments(x)
+    them so a split-K call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -167,9 +161,8 @@ def w4a16_matmul(
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
 
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    norm_out, squares = gemm_norms.output_arguments(residual, y, tiles)
     if M == 0:
-        return y if residual is None else (y, squares)
+        return y
     if x.stride(1) != 1:
         x = x.contiguous()
     rows_per_program = block_m(M)
@@ -193,8 +186,6 @@ def w4a16_matmul(
             x.stride(0),
             steps // splits,
             planes.groups.shape[1],
-            **norm_in,
-            **norm_out,
             GROUP=planes.group_size,
             BLOCK_M=rows_per_program,
             BLOCK_N=planes.block_n,
@@ -205,7 +196,7 @@ def w4a16_matmul(
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
         )
-    return y if residual is None else (y, squares)
+    return y
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
@@ -222,7 +213,7 @@ if triton is not None:
     _BF16_PAIRS = tl.constexpr(_pairs_ptx(_MAGIC[torch.bfloat16], "sub.rn.bf16x2"))
     _FP16_PAIRS = tl.constexpr(_pairs_ptx(_MAGIC[torch.float16], "sub.rn.f16x2"))
 
-    @triton.jit(do_not_specialize=["tiles_in"])
+    @triton.jit
     def _w4a16_kernel(
         x_ptr,
         w_ptr,
@@ -236,15 +227,6 @@ if triton is not None:
         stride_xm,
         steps_per_split,
         groups,
-        norm_weight_ptr,
-        squares_in_ptr,
-        tiles_in,
-        eps,
-        residual_ptr,
-        squares_ptr,
-        NORM_IN: tl.constexpr,
-        TILES_IN: tl.constexpr,
-        RESIDUAL: tl.constexpr,
         GROUP: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
@@ -276,9 +258,6 @@ if triton is not None:
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        inverse = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if NORM_IN:
-            inverse = inverse_rms(squares_in_ptr, tiles_in, rm, m_in, M, IN, eps, TILES_IN)
         first = pid_k * steps_per_split
         for step in range(first, first + steps_per_split):
             P = tl.load(words + step * BLOCK_N * 16)
@@ -289,25 +268,20 @@ if triton is not None:
                     z = group & 0xF
                     s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
                 low, high = _pair(P, z, i, dtype, MAGIC, PTX)
-                low_x = _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN, norm_weight_ptr, inverse, NORM_IN)
-                high_x = _x_rows(x_cols, k + 16, rj, m_in, IN, EVEN_IN, norm_weight_ptr, inverse, NORM_IN)
-                part = tl.dot(low, low_x, part, input_precision="ieee")
-                part = tl.dot(high, high_x, part, input_precision="ieee")
+                part = tl.dot(low, _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
+                part = tl.dot(high, _x_rows(x_cols, k + 16, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, residual_ptr, squares_ptr, RESIDUAL)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
-    def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr, norm_weight_ptr, inverse, NORM_IN: tl.constexpr):
-        """x^T [16, BLOCK_M]: input rows k .. k + 15 (zero past IN), normalized as loaded with NORM_IN."""
+    def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr):
+        """x^T [16, BLOCK_M]: input rows k .. k + 15 (zero past IN)."""
         if EVEN_IN:
-            rows = tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :], other=0.0)
+            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :], other=0.0)
         else:
-            rows = tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :] & (k + rj < IN)[:, None], other=0.0)
-        if NORM_IN:
-            rows = normalized(rows, inverse, tl.load(norm_weight_ptr + k + rj, mask=k + rj < IN, other=0.0))
-        return rows
+            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :] & (k + rj < IN)[:, None], other=0.0)
 
     @triton.jit
     def _pair(P, z, I: tl.constexpr, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):

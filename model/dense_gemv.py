@@ -26,9 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model import fused_ops, gemm_norms
-from model.awq import AWQLinear
-from model.gemm_norms import inverse_rms, normalized
+from model import fused_ops
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import launching_on, tl, triton
 
@@ -62,22 +60,16 @@ def default_splits(tiles: int, steps: int, device: torch.device) -> int:
 
 
 def gemv(
-    x: torch.Tensor | gemm_norms.PendingNorm,
+    x: torch.Tensor,
     weight: torch.Tensor,
     silu: bool = False,
     launch: dict | None = None,
     tickets: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-):
+) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T -> y [M, N] in x's dtype (with `silu`, x is [M, 2K]: gate, then up,
     and the product is silu(gate) * up @ weight^T). `launch` (default launch_for(K, N)): BLOCK_N,
     BLOCK_K, splits (dividing the BLOCK_K steps; None: default_splits), num_warps, num_stages. tickets:
-    int32 zeros, one per column block and 16 rows, left zero (a model keeps them so split-K needs no memset).
-    model/gemm_norms.py: x may be a PendingNorm (normalized on load); with `residual` [M, N] the result is
-    (residual + y, its tile sums of squares), for the next GEMM's PendingNorm."""
-    x, norm_in = gemm_norms.input_arguments(x)
-    if norm_in["NORM_IN"] and silu:
-        raise ValueError("a pending norm feeds a plain projection, not SwiGLU's")
+    int32 zeros, one per column block and 16 rows, left zero (a model keeps them so split-K needs no memset)."""
     M = x.shape[0]
     N, K = weight.shape
     if x.dim() != 2 or x.shape[1] != (2 * K if silu else K):
@@ -91,9 +83,8 @@ def gemv(
     if steps % splits:
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {block_k} inputs")
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    norm_out, squares = gemm_norms.output_arguments(residual, y, tiles)
     if M == 0:
-        return y if residual is None else (y, squares)
+        return y
     x = x if x.stride(1) == 1 else x.contiguous()
     weight = weight if weight.is_contiguous() else weight.contiguous()
     grid = (tiles, splits, triton.cdiv(M, BLOCK_M))
@@ -111,8 +102,6 @@ def gemv(
             K,
             x.stride(0),
             steps // splits,
-            **norm_in,
-            **norm_out,
             BLOCK_M=BLOCK_M,
             BLOCK_N=block_n,
             BLOCK_K=block_k,
@@ -123,67 +112,28 @@ def gemv(
             num_warps=launch["num_warps"],
             num_stages=launch["num_stages"],
         )
-    return y if residual is None else (y, squares)
+    return y
 
 
 class Route:
-    """How a model's fused forward runs its projections: those of a dense model of at most `rows` rows
-    through `gemv` (None: none, every dense projection is F.linear; AWQ layers run their own kernel), and
-    whether the norms between them are fused into the GEMMs (model/gemm_norms.py). One ticket buffer
-    serves every layer in turn."""
+    """Which projections of a dense model's fused forward run `gemv`: those of at most `rows` rows
+    (None: none, every projection is F.linear). One ticket buffer serves every layer in turn."""
 
     def __init__(self, rows: int | None = None, tickets: torch.Tensor | None = None):
         self.rows, self.tickets = rows, tickets
 
-    def _takes(self, layer: nn.Module, rows: int) -> bool:
-        return self.rows is not None and rows <= self.rows and type(layer) is nn.Linear and layer.bias is None
+    def _takes(self, layer: nn.Module, x: torch.Tensor) -> bool:
+        return self.rows is not None and x.shape[0] <= self.rows and type(layer) is nn.Linear and layer.bias is None
 
-    def fuses_norms(self, block: nn.Module, rows: int) -> bool:
-        """Whether a forward of `rows` rows fuses its norms into the GEMMs: where each projection of `block`
-        (a decoder layer; they all have one shape) runs a kernel that can, and no hook (a tensor-parallel
-        all-reduce) sits on a projection's output."""
-        attention, mlp = block.self_attn, block.mlp
-        projections = (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)
-        return all(
-            not layer._forward_hooks
-            and (layer.fuses_norms(rows) if isinstance(layer, AWQLinear) else self._takes(layer, rows))
-            for layer in projections
-        )
-
-    def project(self, layer: nn.Module, x: torch.Tensor | gemm_norms.PendingNorm) -> torch.Tensor:
-        """layer(x) for rows x [n, in], or for a PendingNorm (only where fuses_norms said so)."""
-        if isinstance(layer, AWQLinear) and isinstance(x, gemm_norms.PendingNorm):
-            return layer.matmul_fused(x)
-        if isinstance(x, gemm_norms.PendingNorm) or self._takes(layer, x.shape[0]):
-            return gemv(x, layer.weight, tickets=self.tickets)
-        return layer(x)
+    def project(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """layer(x) for rows x [n, in]."""
+        return gemv(x, layer.weight, tickets=self.tickets) if self._takes(layer, x) else layer(x)
 
     def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
         """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed."""
-        if self._takes(layer, gate_up.shape[0]):
+        if self._takes(layer, gate_up):
             return gemv(gate_up, layer.weight, silu=True, tickets=self.tickets)
         return layer(fused_ops.silu_mul(gate_up))
-
-    def add_and_norm(
-        self,
-        layer: nn.Module,
-        x: torch.Tensor,
-        residual: torch.Tensor,
-        norm_weight: torch.Tensor,
-        eps: float,
-        fuse: bool,
-        swiglu: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | gemm_norms.PendingNorm]:
-        """(h, x') with h = residual + layer(x) (of silu(gate) * up with `swiglu`) and x' the RMSNorm of h:
-        with `fuse` (fuses_norms), one launch whose x' is a PendingNorm; else the projection, then the norm."""
-        if not fuse:
-            delta = self.project_swiglu(layer, x) if swiglu else self.project(layer, x)
-            return fused_ops.rms_norm(residual, norm_weight, eps, delta)
-        if isinstance(layer, AWQLinear):
-            hidden, squares = layer.matmul_fused(fused_ops.silu_mul(x) if swiglu else x, residual)
-        else:
-            hidden, squares = gemv(x, layer.weight, silu=swiglu, tickets=self.tickets, residual=residual)
-        return hidden, gemm_norms.PendingNorm(hidden, squares, norm_weight, eps)
 
 
 OFF = Route()
@@ -204,7 +154,7 @@ def attach(model, rows: int | None = MAX_ROWS) -> None:
 
 if triton is not None:
     # one compiled kernel per launch whatever the row count and steps (triton would specialize a value of 1)
-    @triton.jit(do_not_specialize=["M", "steps_per_split", "tiles_in"])
+    @triton.jit(do_not_specialize=["M", "steps_per_split"])
     def _gemv_kernel(
         x_ptr,
         w_ptr,
@@ -216,15 +166,6 @@ if triton is not None:
         K,
         stride_xm,
         steps_per_split,
-        norm_weight_ptr,
-        squares_in_ptr,
-        tiles_in,
-        eps,
-        residual_ptr,
-        squares_ptr,
-        NORM_IN: tl.constexpr,
-        TILES_IN: tl.constexpr,
-        RESIDUAL: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -244,9 +185,6 @@ if triton is not None:
         weights = w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :]
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm + rk[:, None]  # x^T tiles [BLOCK_K, BLOCK_M]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        inverse = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if NORM_IN:
-            inverse = inverse_rms(squares_in_ptr, tiles_in, rm, m_in, M, K, eps, TILES_IN)
         first = tl.program_id(1) * steps_per_split
         for step in range(first, first + steps_per_split):
             k = step * BLOCK_K
@@ -262,7 +200,5 @@ if triton is not None:
                 x = (act * up).to(w_ptr.dtype.element_ty)
             else:
                 x = tl.load(x_cols + k, mask=x_mask, other=0.0)
-                if NORM_IN:
-                    x = normalized(x, inverse, tl.load(norm_weight_ptr + k + rk, mask=k + rk < K, other=0.0))
             acc = tl.dot(w, x, acc, input_precision="ieee")
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, residual_ptr, squares_ptr, RESIDUAL)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)

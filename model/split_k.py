@@ -14,7 +14,6 @@ import functools
 
 import torch
 
-from model.gemm_norms import store_tile
 from model.triton_support import tl, triton
 
 _DEFAULT_SMS = 132  # H100 / H200
@@ -46,28 +45,14 @@ def tickets_for(tickets: torch.Tensor | None, count: int, device: torch.device) 
 if triton is not None:
 
     @triton.jit
-    def store_split(
-        acc,
-        part_ptr,
-        y_ptr,
-        ticket_ptr,
-        rm,
-        rn,
-        M,
-        N,
-        SPLITS: tl.constexpr,
-        residual_ptr,
-        squares_ptr,
-        RESIDUAL: tl.constexpr,
-    ):
+    def store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr):
         """Program (column block, split, row block)'s float32 tile acc [columns rn, rows rm] of y [M, N]:
         written to y with one split; else to part[split], and the tile's last split to arrive sums the
-        parts in split order into y and resets the tile's ticket. The final values go through
-        gemm_norms.store_tile (with RESIDUAL, added to the residual stream)."""
+        parts in split order into y and resets the tile's ticket."""
         tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
         inside = (rm < M)[None, :] & (rn < N)[:, None]
         if SPLITS == 1:
-            store_tile(acc, y_ptr, tile, inside, residual_ptr, squares_ptr, rm, M, RESIDUAL)
+            tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
         else:
             tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
             ticket = ticket_ptr + tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
@@ -75,5 +60,5 @@ if triton is not None:
                 total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
                 for split in tl.static_range(1, SPLITS):
                     total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                store_tile(total, y_ptr, tile, inside, residual_ptr, squares_ptr, rm, M, RESIDUAL)
+                tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
                 tl.store(ticket, 0)

@@ -360,18 +360,13 @@ class Transformer(nn.Module):
         return out
 
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
-        """forward_hidden in 6 launches per layer (q/k/v, q/k norms with RoPE and the cache write, attention,
-        o_proj, gate/up, down): each residual add and norm is fused into the GEMM before it and the one
-        after (model/gemm_norms.py) where the route's kernels can, else it is a norm kernel of its own (8).
-        The last norm is always explicit: the head reads its output."""
+        """forward_hidden in 8 launches per layer; each residual add is fused into the next norm."""
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
-        fuse = route.fuses_norms(self.layers[0], tokens.shape[1])
-        h, x = fused_ops.rms_norm(self.embed_tokens(tokens[0]), self.layers[0].input_layernorm.weight, eps)
-        for index, layer in enumerate(self.layers):
+        h, delta = self.embed_tokens(tokens[0]), None
+        for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            last = index + 1 == len(self.layers)
-            following_norm = self.norm if last else self.layers[index + 1].input_layernorm
+            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
             q = fused_ops.qk_norm_rope_cache(
                 route.project(attn.qkv_proj, x),
                 attn.q_norm.weight if self.config.qk_norm else None,
@@ -385,13 +380,19 @@ class Transformer(nn.Module):
                 eps,
                 rope=None if tree is None else tree[0],
             )
-            attended = fused_ops.attention(
-                q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
+            h, x = fused_ops.rms_norm(
+                h,
+                layer.post_attention_layernorm.weight,
+                eps,
+                route.project(
+                    attn.o_proj,
+                    fused_ops.attention(
+                        q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
+                    ),
+                ),
             )
-            h, x = route.add_and_norm(attn.o_proj, attended, h, layer.post_attention_layernorm.weight, eps, fuse)
-            gate_up = route.project(mlp.gate_up_proj, x)
-            h, x = route.add_and_norm(mlp.down_proj, gate_up, h, following_norm.weight, eps, fuse and not last, True)
-        return x[None]
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
+        return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property
     def head_weight(self) -> torch.Tensor:
