@@ -446,9 +446,9 @@ if triton is not None:
         BLOCK_N: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
-        below the block's largest position, left unnormalized with its running max and total (a split
-        past that position writes nothing, and the combine never reads it). The block's last split to
-        finish combines them (_combine_splits) and resets the block's ticket."""
+        below the block's largest position, left unnormalized with its running max and total. The last of
+        the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
+        past that position does nothing (no ticket either: a long cache's many idle splits would queue on it)."""
         kv = tl.program_id(0)
         m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
         split = tl.program_id(2)
@@ -470,11 +470,11 @@ if triton is not None:
             tl.store(sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
             tl.store(stats_ptr + (rows + split) * 2, running_max, mask=valid)
             tl.store(stats_ptr + (rows + split) * 2 + 1, total, mask=valid)
-        tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
-        ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
-        if tl.atomic_add(ticket, 1, sem="acq_rel") == splits - 1:
-            _combine_splits(sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M)
-            tl.store(ticket, 0)
+            tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
+            ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
+            if tl.atomic_add(ticket, 1, sem="acq_rel") == tl.cdiv(end, SPLIT) - 1:
+                _combine_splits(sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M)
+                tl.store(ticket, 0)
 
     @triton.jit
     def _combine_splits(
