@@ -32,9 +32,9 @@ TREE_FORMS = "chain, AxBxC (top-k per depth), paths:0;1;0.0;..., or dynamic:M,N,
 MAX_NODES = 64  # the largest node budget; the target's verify width grows to cover it
 MAX_DEPTH = 16
 MAX_BRANCHING = 16
-# the schedules that run tree rounds: pipelined-deferred's look-ahead would draft the next tree over the
-# draft-cache slots that the current tree's compaction still reads (docs/design.md, "Token trees")
-TREE_SCHEDULES = ("ordinary", "pipelined", "deferred")
+# the schedules that run tree rounds (pipelined-deferred: a look-ahead past a guessed path, whose use
+# makes the next round a chain round; docs/design.md, "Token trees")
+TREE_SCHEDULES = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 
 
 @dataclass(frozen=True)
