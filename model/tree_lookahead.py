@@ -16,30 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from contracts import UsageError
-from contracts.trees import ROOT, TreeShape, ancestors, node_depths
-
-
-def reserved_slot(tree: TreeShape) -> int:
-    """The first draft-cache slot offset (from p + 1) after every node a round feeds to the draft."""
-    if tree.kind == "dynamic":
-        return (tree.depth_budget - 1) * tree.top_m
-    return max((parent + 1 for parent in tree.parents if parent != ROOT), default=0)
-
-
-def static_guess(tree: TreeShape) -> int:
-    """A static tree's guessed leaf: its first node at the full depth (breadth-first)."""
-    return node_depths(tree.parents).index(tree.depth)
-
-
-def check_lookahead(tree: TreeShape) -> None:
-    """One line when the look-ahead's D + 1 tokens do not fit in the 64 slots of an ancestor word."""
-    need = reserved_slot(tree) + tree.depth + 1
-    if tree.kind != "chain" and need > 64:
-        raise UsageError(
-            f"--tree {tree.label} with pipelined-deferred: its fed nodes and the look-ahead's {tree.depth + 1} "
-            f"tokens need {need} draft-cache slots after the root, at most 64 (one ancestor word)"
-        )
+from contracts.trees import TreeShape, ancestors, guessed_leaf, lookahead_slot
 
 
 class TreeLookahead:
@@ -49,7 +26,7 @@ class TreeLookahead:
     def __init__(self, rounds, tree: TreeShape):
         self.rounds, self.depth = rounds, tree.depth
         device, D = rounds.dec.draft_device, tree.depth
-        self.reserved = reserved_slot(tree)
+        self.reserved = lookahead_slot(tree)
         own = torch.ones(D + 1, dtype=torch.long, device=device) << (self.reserved + torch.arange(D + 1, device=device))
         self.own_words = own.cumsum(0)  # look-ahead token j sees the look-ahead's tokens 0..j (distinct bits)
         self.words = self.own_words.clone()
@@ -59,7 +36,7 @@ class TreeLookahead:
         self.leaf = torch.zeros(1, dtype=torch.long, device=device)  # a dynamic tree's guessed leaf token
         self.base = torch.zeros(1, dtype=torch.long, device=device)  # the round's p
         if tree.kind == "static":
-            path = ancestors(tree.parents, static_guess(tree))[:-1]  # static trees feed node i at slot offset i
+            path = ancestors(tree.parents, guessed_leaf(tree))[:-1]  # static trees feed node i at slot offset i
             self.set_path(torch.tensor(path, dtype=torch.long, device=device))
 
     def set_path(self, slots: torch.Tensor) -> None:

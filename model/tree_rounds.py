@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.trees import ROOT, TreeShape, ancestors, node_depths
+from contracts.trees import ROOT, TreeShape, ancestors, check_lookahead, guessed_leaf, node_depths
 from model import sampling
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
-from model.tree_lookahead import TreeLookahead, check_lookahead, static_guess
+from model.tree_lookahead import TreeLookahead
 
 TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's children
 
@@ -134,7 +134,7 @@ class TreeRounds:
         self.node_ids = torch.arange(self.nodes, device=target)
         self.sibling_rank = torch.tensor(tree.ranks, device=target)  # sampling: which accept number a node reads
         self.widest = max(tree.ranks) + 1
-        self.guess = static_guess(tree)  # pipelined-deferred: the node whose path the look-ahead guesses
+        self.guess = guessed_leaf(tree)  # pipelined-deferred: the node whose path the look-ahead guesses
         self.capturing = False
         self.bits_on_draft = torch.tensor(bits, device=draft)
         self.depths_on_draft = torch.tensor(depths, device=draft)

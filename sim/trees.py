@@ -21,7 +21,7 @@ from dataclasses import replace
 from contracts import HEADS, UsageError
 from contracts.acceptance import top_k_rate
 from contracts.names import SPECULATIVE_SCHEDULES
-from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, node_depths, parse_tree
+from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, guessed_leaf, lookahead_fits, parse_tree
 
 from .acceptance import ControlledAcceptance, TraceReplay
 
@@ -41,8 +41,7 @@ class TreeAcceptance:
     def __init__(self, shape: TreeShape, cdf: list[list[float]], scope: str, label: str | None = None):
         self.shape, self.cdf, self.scope, self.label = shape, cdf, scope, label or shape.label
         self.children = {(parent, rank): node for node, (parent, rank) in enumerate(zip(shape.parents, shape.ranks))}
-        depths = node_depths(shape.parents)
-        self.guess = depths.index(shape.depth)  # the look-ahead's guessed path ends here (model/tree_lookahead.py)
+        self.guess = guessed_leaf(shape)  # pipelined-deferred: the look-ahead's guessed path ends here
 
     def describe(self) -> str:
         return f"tree {self.label}: per-depth top-k rates ({self.scope})"
@@ -153,6 +152,8 @@ def tree_setup(
         )
     chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
     allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
+    if not lookahead_fits(shape):  # as the decoder refuses it
+        allowed = tuple(s for s in allowed if s != "pipelined-deferred")
     schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
     heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)
     if scenario.policies != ("fixed",) or scenario.drafters != ("draft-model",):
