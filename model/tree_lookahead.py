@@ -57,7 +57,8 @@ class TreeLookahead:
     def propose(self, dec, run, leaf: torch.Tensor):
         """D + 1 draft steps from the guessed leaf [1] at p + D: e1..e(D+1), as Decoder.lookahead's."""
         self.base.copy_(run.draft_cursor[2:3])
-        return dec.draft_steps(leaf.view(1, 1), self.base + self.depth, self.depth + 1, "tree-lookahead", -1)
+        start = self.base + self.depth
+        return dec.draft_steps(leaf.view(1, 1), start, self.depth + 1, drafter="tree-lookahead", shift=-1)
 
     def moves(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A used look-ahead's draft-cache moves (sources, destinations): the guessed path's fed nodes,
