@@ -32,9 +32,9 @@ TREE_FORMS = "chain, AxBxC (top-k per depth), paths:0;1;0.0;..., or dynamic:M,N,
 MAX_NODES = 64  # the largest node budget; the target's verify width grows to cover it
 MAX_DEPTH = 16
 MAX_BRANCHING = 16
-# the schedules that run tree rounds: pipelined-deferred's look-ahead would draft the next tree over the
-# draft-cache slots that the current tree's compaction still reads (docs/design.md, "Token trees")
-TREE_SCHEDULES = ("ordinary", "pipelined", "deferred")
+# the schedules that run tree rounds (pipelined-deferred: a look-ahead past a guessed path, whose use
+# makes the next round a chain round; docs/design.md, "Token trees")
+TREE_SCHEDULES = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,35 @@ def ancestors(parents: tuple[int, ...] | list[int], node: int) -> tuple[int, ...
         path.append(node)
         node = parents[node]
     return tuple(reversed(path))
+
+
+def lookahead_slot(tree: TreeShape) -> int:
+    """pipelined-deferred: the draft-cache slot offset (from the root's p + 1) where a tree round's
+    look-ahead writes, after every node the round feeds to the draft (docs/design.md, "Token trees")."""
+    if tree.kind == "dynamic":
+        return (tree.depth_budget - 1) * tree.top_m
+    return max((parent + 1 for parent in tree.parents if parent != ROOT), default=0)
+
+
+def guessed_leaf(tree: TreeShape) -> int:
+    """pipelined-deferred: the static tree's node whose path the look-ahead guesses, its first node at
+    the full depth (breadth-first: the rank-0 path of a top-k tree)."""
+    return node_depths(tree.parents).index(tree.depth)
+
+
+def lookahead_fits(tree: TreeShape) -> bool:
+    """Whether a tree round's fed nodes and its look-ahead's D + 1 tokens fit one 64-bit ancestor word."""
+    return tree.kind == "chain" or lookahead_slot(tree) + tree.depth + 1 <= 64
+
+
+def check_lookahead(tree: TreeShape, option: str = "--tree") -> None:
+    """One line when a tree cannot look ahead (`lookahead_fits`)."""
+    if not lookahead_fits(tree):
+        need = lookahead_slot(tree) + tree.depth + 1
+        raise UsageError(
+            f"{option} {tree.label} with pipelined-deferred: its fed nodes and the look-ahead's {tree.depth + 1} "
+            f"tokens need {need} draft-cache slots after the root, at most 64 (one ancestor word)"
+        )
 
 
 def chain_shape(length: int) -> TreeShape:

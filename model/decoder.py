@@ -310,6 +310,7 @@ class Run:
     prompt: torch.Tensor | None = None  # [P] on the target device (prompt lookup searches it)
     cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (model/drafting.py)
     moves: torch.Tensor | None = None  # tree rounds: the last round's cache moves [3, depth] (docs/design.md)
+    chain_round: bool = False  # a tree decoder's round that verifies a used look-ahead's chain (pipelined-deferred)
 
     def more(self) -> bool:
         """Whether another round is needed (`Decoder.resolve` has made the bounds decisive)."""
@@ -450,6 +451,8 @@ class Decoder:
         self.drafting = drafting.attach(self, graphs) if drafting is not None else None
         rounds = DynamicTreeRounds if tree.kind == "dynamic" else TreeRounds
         self.trees = rounds(self, tree, graphs) if tree.kind != "chain" and draft is not None else None
+        if self.trees is not None:  # a tree round's look-ahead (pipelined-deferred): tree attention, the same heads
+            self.steppers["tree-lookahead"] = (self.trees.ahead.body, self._heads, self.draft_device, "draft")
         self.graphs = graphs and self.target_device.type == "cuda"
         if self.graphs:
             self._capture()
@@ -659,9 +662,11 @@ class Decoder:
         if self.events is not None:
             self.events.append((name, stream, tokens))
 
-    def begin_round(self, run: Run, proposed: int, drafter: str | None = None) -> HostRound:
+    def begin_round(self, run: Run, proposed: int, drafter: str | None = None, chain: bool = False) -> HostRound:
+        """`chain`: the round verifies a used look-ahead's chain (a tree decoder then verifies K nodes)."""
         self.clock.next_round()
-        nodes = self.trees.nodes if self.trees is not None and proposed else None
+        run.chain_round = chain and self.trees is not None
+        nodes = (self.K if run.chain_round else self.trees.nodes) if self.trees is not None and proposed else None
         run.rounds.append(HostRound(proposed, drafter=drafter, nodes=nodes))
         return run.rounds[-1]
 
@@ -708,7 +713,10 @@ class Decoder:
         return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
 
     def lookahead(self, run: Run, block_on_draft: Proposals) -> Proposals:
-        """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1)."""
+        """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1) (a tree
+        round: past its guessed path, model/tree_lookahead.py)."""
+        if self.trees is not None and not run.chain_round:
+            return self.trees.lookahead(run, block_on_draft.tokens)
         K = block_on_draft.numel()
         return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1, shift=-1)
 
@@ -758,7 +766,7 @@ class Decoder:
             run.verify_calls += 1
         self._event("append" if standalone else "verify", "target", tokens.numel())
         with self.clock.phase("verify", self.target_device):
-            if self.trees is not None and not standalone:
+            if self.trees is not None and not standalone and not run.chain_round:
                 return self.trees.verify(tokens, start)
             return self._target(tokens.view(1, -1), start)
 
@@ -802,8 +810,10 @@ class Decoder:
         the round's verification (`self.verifier`: the fused kernel of model/sampling_triton.py on a
         GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. The cursor moves to
         f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
-        if self.trees is not None and seq.numel() > 1:
+        if self.trees is not None and seq.numel() > 1 and not run.chain_round:
             return self.trees.settle(run, seq, preds)
+        if self.trees is not None:  # a chain round of a tree decoder: its tokens are in place in both caches
+            run.moves = self.trees.chain_moves(run.cursor[2:3])
         drafted = seq.numel() - 1
         if self.sampling.greedy:
             a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
@@ -831,6 +841,19 @@ class Decoder:
         if drafts.scored is None:
             return drafts.probs
         return self._q_rows[: drafts.numel()].scatter_add_(1, drafts.scored, drafts.probs)
+
+    def lookahead_valid(self, run: Run, a: torch.Tensor, f: torch.Tensor, ahead: Proposals) -> torch.Tensor:
+        """Whether a round's look-ahead holds for what was emitted: the whole block (a tree round: the
+        guessed path) accepted, and the final token (sampled, when sampling) equal to e1."""
+        guessed = self.trees.guessed if self.trees is not None and not run.chain_round else a == ahead.numel() - 1
+        return guessed & (f == ahead.tokens[:1])
+
+    def past_lookahead_of(self, run: Run, K: int) -> None:
+        """A used look-ahead: the draft already stands past it (a tree round's guessed path and
+        look-ahead tokens move into place in its cache first)."""
+        if self.trees is not None and not run.chain_round:
+            self.trees.lookahead_into_place()
+        run.draft_cursor = run.draft_cursor + self.past_lookahead[K]
 
     def read(self, *values: torch.Tensor) -> list[int]:
         """The round's one host sync: one packed read of small target-device values (it waits for

@@ -24,6 +24,7 @@ from contracts import UsageError
 from contracts.trees import TreeShape
 from model.graphs import GraphedCall
 from model.heads import ShortlistHead, heads_by_position
+from model.tree_lookahead import TreeLookahead
 from model.tree_rounds import TreeRounds
 
 
@@ -65,6 +66,7 @@ class DynamicTreeRounds(TreeRounds):
         self.steps = torch.arange(D, device=device)
         self.ranks = torch.arange(M, device=device)
         self.own_bits = torch.ones(N, dtype=torch.long, device=device) << torch.arange(N, device=device)
+        self.guess = torch.full((1,), -1, dtype=torch.long, device=device)  # pipelined-deferred (`_guess`)
         self.capturing = False
         heads = heads_by_position(dec.draft_head)
         self._tree_body = GraphedCall(self._tree_body_fn, enabled=graphs)
@@ -73,6 +75,7 @@ class DynamicTreeRounds(TreeRounds):
             for i in range(D)
         ]
         self._verify = GraphedCall(self._verify_fn, enabled=graphs)
+        self.ahead = TreeLookahead(self, tree)
 
     def _scored_fn(self, hidden, pos, head, k):
         """Top-k children [w, k] and their log-probabilities; acceptance control replaces the tokens."""
@@ -139,4 +142,25 @@ class DynamicTreeRounds(TreeRounds):
         self.sibling_rank.copy_(chosen % self.top_m)  # candidates come in sibling groups of M, by rank
         self.verify_rope[1 : N + 1] = depths
         self.verify_bits[1 : N + 1] = words
+        self._guess(token, score, parent, fed_slot, chosen, where)
         return token[chosen]
+
+    def _guess(self, token, score, parent, fed_slot, chosen, where) -> None:
+        """pipelined-deferred: the look-ahead guesses the path to the depth-D candidate of highest
+        cumulative draft log-probability; its leaf token, its fed ancestors' slots, and its index among
+        the verified nodes (-1 when it is not verified: the look-ahead is then never used)."""
+        M, D = self.top_m, self.depth
+        last_depth = M if D == 1 else M * M  # the depth-D candidates come last
+        leaf = self.candidates - last_depth + score[-last_depth:].argmax()
+        slots, node = torch.zeros(D - 1, dtype=torch.long, device=leaf.device), leaf
+        for step in range(D - 1):
+            node = parent[node]
+            slots[D - 2 - step] = fed_slot[node]
+        self.ahead.set_path(slots)
+        self.ahead.leaf.copy_(token[leaf].view(1))
+        verified = torch.zeros(self.candidates, dtype=torch.bool, device=leaf.device).index_fill_(0, chosen, True)
+        self.guess.copy_(torch.where(verified[leaf], where[leaf], -1).view(1))
+
+    def lookahead(self, run, nodes: torch.Tensor):
+        """D + 1 draft steps past the guessed leaf, which need not be among the verified nodes."""
+        return self.ahead.propose(self.dec, run, self.ahead.leaf)

@@ -68,7 +68,7 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
     arm = drafting.choose() if drafting is not None and run.more() else Arm("draft-model", dec.K)
     while run.more():
         K, played, before, context = arm.K, arm, run.least, run.prompt_len + run.least
-        host = dec.begin_round(run, proposed=K, drafter=arm.drafter if drafting else None)
+        host = dec.begin_round(run, proposed=K, drafter=arm.drafter if drafting else None, chain=block is not None)
         on_draft = arm.drafter == "draft-model"
         if drafting is not None:
             drafting.begin()
@@ -82,8 +82,8 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         packed = [run.n, run.eos]
         if ahead is not None:
             ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
-            # valid for the token actually emitted: whole block accepted and bonus (sampled, when sampling) == e1
-            packed.append((a == K) & (f == ahead_on_target.tokens[:1]))
+            # valid for the token actually emitted: whole block (tree: guessed path) accepted, bonus == e1
+            packed.append(dec.lookahead_valid(run, a, f, ahead_on_target))
             # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)
         n, eos, *used = dec.read(*packed)  # sync
         run.known(n, eos)
@@ -91,9 +91,9 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         host.lookahead_used = used if lookahead else None
         if drafting is not None:
             drafting.observe(run, played, context, before, K if used else n - before - 1)
-        if used:  # round r+1 verifies e2..e(K+1); the draft already stands past them
+        if used:  # round r+1 verifies e2..e(K+1) (after a tree round: as a chain); the draft stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
-            run.draft_cursor = run.draft_cursor + dec.past_lookahead[K]
+            dec.past_lookahead_of(run, K)
         else:  # after the read, the next arm; copy_tokens of f when the draft model drafts next
             block = None
             arm = drafting.choose() if drafting is not None and run.more() else arm

@@ -28,10 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, ancestors, node_depths
+from contracts.trees import ROOT, TreeShape, ancestors, check_lookahead, guessed_leaf, node_depths
 from model import sampling
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
+from model.tree_lookahead import TreeLookahead
 
 TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's children
 
@@ -44,12 +45,8 @@ def check_tree(tree: TreeShape, schedules=(), head_kind: str = "dense", alone: b
     label = f"--tree {tree.label}"
     if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > 64:
         raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most 64")
-    bad = [s for s in schedules if s not in TREE_SCHEDULES + ("baseline",)]
-    if bad:
-        raise UsageError(
-            f"{label} runs with the schedules {', '.join(TREE_SCHEDULES)} (and baseline), not {', '.join(bad)}: "
-            "a look-ahead would draft the next tree over cache slots the current tree's compaction reads"
-        )
+    if "pipelined-deferred" in schedules:
+        check_lookahead(tree)
     if not alone:
         raise UsageError(f"{label}: trees run with the draft model on one or two devices (no policy, drafter or tpN)")
     if head_kind not in TREE_HEADS:
@@ -137,6 +134,7 @@ class TreeRounds:
         self.node_ids = torch.arange(self.nodes, device=target)
         self.sibling_rank = torch.tensor(tree.ranks, device=target)  # sampling: which accept number a node reads
         self.widest = max(tree.ranks) + 1
+        self.guess = guessed_leaf(tree)  # pipelined-deferred: the node whose path the look-ahead guesses
         self.capturing = False
         self.bits_on_draft = torch.tensor(bits, device=draft)
         self.depths_on_draft = torch.tensor(depths, device=draft)
@@ -161,6 +159,7 @@ class TreeRounds:
             for i, level in enumerate(self.levels)
         ]
         self._verify = GraphedCall(self._verify_fn, enabled=graphs)
+        self.ahead = TreeLookahead(self, tree)
 
     # --- graph-captured functions ---------------------------------------------------------------
     def _tree_body_fn(self, tokens, slots, rope, bits, base):
@@ -193,6 +192,7 @@ class TreeRounds:
         start = torch.zeros(1, dtype=torch.long, device=dec.target_device)
         for n in (self.nodes, self.nodes + 1):
             self.verify(torch.zeros(n, dtype=torch.long, device=dec.target_device), start + 1)
+        self.ahead.capture()
         self.capturing = False
 
     def _step(self, phase: str, tokens: int):
@@ -306,6 +306,7 @@ class TreeRounds:
         reach = torch.where(good, self.depths, 0)
         a = reach.max().view(1)
         last = reach.argmax().view(1)
+        self.guessed = last == self.guess  # pipelined-deferred: the look-ahead's path was accepted
         if dec.sampling.greedy:
             f = torch.where(a > 0, node_preds[last], root_pred)
         else:
@@ -334,6 +335,20 @@ class TreeRounds:
     def to_draft(self, run, moved: torch.Tensor) -> None:
         """The draft's side of the crop: the path's entries move in its cache (`moved`: the copied moves)."""
         compact(self.dec.draft, moved[2], moved[1])
+
+    # --- pipelined-deferred (model/tree_lookahead.py) ----------------------------------------------
+    def lookahead(self, run, nodes: torch.Tensor):
+        """D + 1 draft steps past the guessed path's leaf, whose token is among the round's nodes [N]."""
+        return self.ahead.propose(self.dec, run, nodes[self.guess : self.guess + 1])
+
+    def lookahead_into_place(self) -> None:
+        """A used look-ahead: its path and tokens move into place in the draft's cache."""
+        compact(self.dec.draft, *self.ahead.moves())
+
+    def chain_moves(self, p: torch.Tensor) -> torch.Tensor:
+        """A chain round's cache moves [3, D] (it verified a used look-ahead, in place): none, each
+        entry onto itself, so that every round's copy to the draft has one size."""
+        return (p + 1 + self.steps).repeat(3, 1)
 
 
 def compact(model, source: torch.Tensor, destination: torch.Tensor) -> None:

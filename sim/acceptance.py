@@ -218,7 +218,8 @@ class TraceReplay:
 
         runs = {name: by_prompt.get(generation.prompt_id, []) for name, by_prompt in self.runs.items()}
 
-        def block(pos: int, K: int, drafter: str | None = None) -> list[bool]:
+        def block(pos: int, K: int, drafter: str | None = None, chain: bool = False) -> list[bool]:
+            """`chain` (a tree run's chain round) changes nothing: the trace recorded each position's outcome."""
             if drafter is None or (drafter == self.drafter and drafter not in runs):
                 return [at(pos + j) for j in range(K + 1)]
             known_runs = runs[drafter]

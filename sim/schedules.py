@@ -239,22 +239,29 @@ class SimulatedRun:
         return (yield from self.launch(self.target, {phase: device_ms}, host_ms))
 
     def draft_steps(
-        self, steps: int, context: int, first_tokens: int = 1, drafter: str = "draft-model", shift: int = 0
+        self,
+        steps: int,
+        context: int,
+        first_tokens: int = 1,
+        drafter: str = "draft-model",
+        shift: int = 0,
+        chain: bool = False,
     ):
         """`Decoder.draft_steps`: `steps` draft steps (body then head each) issued back to back on
         the drafter's stream (the early-exit draft shares the target's device), the first feeding
-        `first_tokens` tokens after `context` cached ones, every later one the previous proposal.
-        Step i pays the head of draft position max(0, i + shift)."""
+        `first_tokens` tokens after `context` cached ones, every later one the previous proposal (a
+        tree's: its frontier, unless `chain`, as a look-ahead's). Step i pays the head of draft position
+        max(0, i + shift)."""
         stream = self.draft if drafter == "draft-model" else self.target
         name = "draft" if drafter == "draft-model" else "target"
+        points = (steps, context, first_tokens, chain)
         if self.events is not None:
-            self.events += [("draft_step", name, n) for n, _ in self._draft_points(steps, context, first_tokens)]
+            self.events += [("draft_step", name, n) for n, _ in self._draft_points(*points)]
         body_ms, head_ms, host_ms = self._cost(
-            ("draft", drafter, steps, context, first_tokens, shift),
-            lambda: self._draft_cost(steps, context, first_tokens, drafter, shift),
+            ("draft", drafter, shift, *points), lambda: self._draft_cost(points, drafter, shift)
         )
         self.calls["draft_steps"] += steps
-        pieces = self._draft_pieces(steps, context, first_tokens, drafter, shift) if self.timeline is not None else None
+        pieces = self._draft_pieces(points, drafter, shift) if self.timeline is not None else None
         return (yield from self.launch(stream, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces))
 
     def propose(self, context: int, arm: Arm | None = None):
@@ -296,10 +303,10 @@ class SimulatedRun:
         if arm.drafter != "prompt-lookup":
             self.cached[arm.drafter] = context + min(accepted, arm.K - 1)
 
-    def _draft_points(self, steps: int, context: int, first_tokens: int) -> list[tuple[int, int]]:
-        """Step j's (n_tokens, context), a tree's frontier widths after its first step: a profile without
-        an n_tokens axis costs every step as one token."""
-        return draft_points(self.config.tree, steps, context, first_tokens)
+    def _draft_points(self, steps: int, context: int, first_tokens: int, chain: bool) -> list[tuple[int, int]]:
+        """Step j's (n_tokens, context), a tree's frontier widths after its first step unless `chain`: a
+        profile without an n_tokens axis costs every step as one token."""
+        return draft_points(None if chain else self.config.tree, steps, context, first_tokens)
 
     def _drafter_costs(self, drafter: str, steps: int, shift: int):
         """(body cost, [(head device_ms, host_ms)] per step) of a model drafter's `steps` steps."""
@@ -312,22 +319,21 @@ class SimulatedRun:
         head_ms = [at(self.config.head, self.config.probes, max(0, i + shift)) for i in range(steps)]
         return self.costs.draft_body, head_ms
 
-    def _draft_pieces(
-        self, steps: int, context: int, first_tokens: int, drafter: str, shift: int
-    ) -> list[tuple[str, float, float]]:
-        """The timeline's pieces of `draft_steps`: body, then head, per step, (name, device_ms, host_ms)."""
-        body, head_ms = self._drafter_costs(drafter, steps, shift)
+    def _draft_pieces(self, points: tuple, drafter: str, shift: int) -> list[tuple[str, float, float]]:
+        """The timeline's pieces of `draft_steps` (`points`: its steps, context, first_tokens, chain): body,
+        then head, per step, (name, device_ms, host_ms)."""
+        body, head_ms = self._drafter_costs(drafter, points[0], shift)
         pieces = []
-        for (n, c), (head_device, head_host) in zip(self._draft_points(steps, context, first_tokens), head_ms):
+        for (n, c), (head_device, head_host) in zip(self._draft_points(*points), head_ms):
             pieces += [
                 ("draft_body", body.device_ms(n_tokens=n, context=c), body.host_ms(n_tokens=n, context=c)),
                 ("draft_head", head_device, head_host),
             ]
         return pieces
 
-    def _draft_cost(self, steps: int, context: int, first_tokens: int, drafter: str, shift: int):
-        body, head_ms = self._drafter_costs(drafter, steps, shift)
-        points = self._draft_points(steps, context, first_tokens)
+    def _draft_cost(self, points: tuple, drafter: str, shift: int):
+        body, head_ms = self._drafter_costs(drafter, points[0], shift)
+        points = self._draft_points(*points)
         body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
         host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
         return body_ms, sum(d for d, _ in head_ms), host_ms + sum(h for _, h in head_ms)
@@ -445,13 +451,15 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
             yield from m.propose(context, arm)  # draft_step x K (prompt lookup: one lookup)
             if on_draft:
                 yield from m.copy_tokens("draft", verify_tokens(m.config.tree, K))
-        yield from m.target_forward("verify", verify_tokens(m.config.tree, K) + 1, context - 1)  # over [f, d1..dK]
-        matches = block(pos, K, arm.drafter)
+        chain = ready and m.config.tree is not None  # a tree run's round after a used look-ahead: a chain
+        verified = K if chain else verify_tokens(m.config.tree, K)
+        yield from m.target_forward("verify", verified + 1, context - 1)  # over [f, d1..dK] (a tree: its nodes)
+        matches = block(pos, K, arm.drafter, chain=True) if chain else block(pos, K, arm.drafter)
         accepted = leading_accepts(matches, K)
         used = None
         ahead = lookahead and on_draft  # only the draft model looks ahead: the others share the target's device
-        if ahead:  # the draft goes on as if the whole block will be accepted: e1..e(K+1)
-            yield from m.draft_steps(K + 1, context + K - 1, shift=-1)
+        if ahead:  # the draft goes on as if the whole block (a tree: its guessed path) is accepted: e1..e(K+1)
+            yield from m.draft_steps(K + 1, context + K - 1, shift=-1, chain=True)
             yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
         yield from m.read()  # n, and with the look-ahead whether it is used
         if ahead:

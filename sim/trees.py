@@ -7,6 +7,10 @@ choice with the probabilities of the profile's `trees` rates (contracts.profile.
 the acceptance control's rule under `a=A` (contracts.acceptance), and the round accepts that
 depth when the accepted node has a child of rank r. A trace recorded with the very tree is replayed
 as recorded instead (its accepted path lengths, as a chain trace's accepted lengths).
+
+Under `pipelined-deferred` the look-ahead guesses one path (the tree's first node at the full depth,
+breadth-first: the rank-0 path of a top-k tree), and a round after a used look-ahead verifies a
+chain: its depths accept at the top-1 rates (`block(..., chain=True)`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import replace
 from contracts import HEADS, UsageError
 from contracts.acceptance import top_k_rate
 from contracts.names import SPECULATIVE_SCHEDULES
-from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, parse_tree
+from contracts.trees import ROOT, TREE_SCHEDULES, TreeShape, chain_shape, guessed_leaf, lookahead_fits, parse_tree
 
 from .acceptance import ControlledAcceptance, TraceReplay
 from .sampled_trees import check_sampled_source, sampled_schedules
@@ -38,6 +42,7 @@ class TreeAcceptance:
     def __init__(self, shape: TreeShape, cdf: list[list[float]], scope: str, label: str | None = None):
         self.shape, self.cdf, self.scope, self.label = shape, cdf, scope, label or shape.label
         self.children = {(parent, rank): node for node, (parent, rank) in enumerate(zip(shape.parents, shape.ranks))}
+        self.guess = guessed_leaf(shape)  # pipelined-deferred: the look-ahead's guessed path ends here
 
     def describe(self) -> str:
         return f"tree {self.label}: per-depth top-k rates ({self.scope})"
@@ -53,16 +58,20 @@ class TreeAcceptance:
     def stream(self, generation, seed: int):
         rng = random.Random(f"{seed}/{generation.prompt_id}")
 
-        def block(pos: int, K: int, drafter: str | None = None) -> list[bool]:
+        def block(pos: int, K: int, drafter: str | None = None, chain: bool = False) -> list[bool]:
+            """K + 1 matches: the accepted depths, then whether the look-ahead's guess holds (the guessed
+            path accepted and the bonus token the draft's first choice). `chain`: a chain round."""
             draws = [rng.random() for _ in range(K + 1)]
             node, accepted = ROOT, 0
             for depth in range(K):
-                node = self.children.get((node, self.rank(depth, draws[depth])))
+                rank = self.rank(depth, draws[depth])
+                # a chain round drafted the draft's first choice only
+                node = (ROOT if rank == 0 else None) if chain else self.children.get((node, rank))
                 if node is None:
                     break
                 accepted += 1
-            bonus = accepted == K and self.rank(K, draws[K]) == 0  # the look-ahead's guess (chains only)
-            return [True] * accepted + [False] * (K - accepted) + [bonus]
+            guessed = accepted == K and (chain or node == self.guess)
+            return [True] * accepted + [False] * (K - accepted) + [guessed and self.rank(K, draws[K]) == 0]
 
         return block
 
@@ -145,6 +154,8 @@ def tree_setup(
         )
     chain = all(rank == 0 for rank in shape.ranks) and shape.kind == "static" and shape.node_count == shape.depth
     allowed = SPECULATIVE_SCHEDULES if chain else TREE_SCHEDULES
+    if not lookahead_fits(shape):  # as the decoder refuses it
+        allowed = tuple(s for s in allowed if s != "pipelined-deferred")
     allowed = sampled_schedules(allowed, shape, source, scenario.temperature, notes)  # sim/sampled_trees.py
     schedules = _chosen(scenario.schedules, allowed, SPECULATIVE_SCHEDULES, "schedules", label, notes)
     heads = _chosen(scenario.heads, ("dense",), HEADS, "heads", label, notes)

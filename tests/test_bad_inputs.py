@@ -215,7 +215,11 @@ CASES = [
     ("model", ["--tree", "2y2"], "--tree: tree '2y2': unknown tree kind; valid: chain, AxBxC"),
     ("model", ["--tree", "8x8x8"], "more than 64 nodes"),
     ("model", ["--tree", "paths:0;1.0"], "path 1.0 has no parent path"),
-    ("model", ["--tree", "2x2"], "ordinary, pipelined, deferred (and baseline), not pipelined-deferred: a look-ahead"),
+    (
+        "model",
+        ["--tree", "dynamic:8,64,8", "--schedule", "pipelined-deferred"],
+        "with pipelined-deferred: its fed nodes and the look-ahead's 9 tokens need 65 draft-cache slots",
+    ),
     ("model", ["--tree", "dynamic:16,64,6", "--schedule", "deferred"], "feeds (D - 1) x M nodes to the draft"),
     ("model", ["--tree", "2x2", "--schedule", "deferred", "--policy", "ucb1"], "no policy, drafter or tpN"),
     ("model", ["--prompts", "poetry"], "unknown prompt selection"),
@@ -327,7 +331,7 @@ CASES = [
     ("validate", [*VALIDATE, "--measure", "--trees", "chain,dynamic:4,16"], "a dynamic tree takes M,N,D"),
     (
         "validate",
-        [*VALIDATE, "--measure", "--trees", "2x2x1", "--schedules", "pipelined-deferred"],
+        [*VALIDATE, "--measure", "--trees", "2x2x1", "--schedules", "baseline"],
         "trees run with --schedules",
     ),
     ("validate", [*VALIDATE, "--measure", "--trees", "2x2x1", "--heads", "flashhead"], "with the dense head"),

@@ -1,5 +1,6 @@
 """Token trees in the decoder (CPU, tiny presets): every static and dynamic tree emits exactly
-target-only greedy under ordinary, pipelined and deferred with dense, FlashHead and shortlist heads;
+target-only greedy under ordinary, pipelined, deferred and pipelined-deferred (its look-ahead used,
+the next round then a chain, and wasted) with dense, FlashHead and shortlist heads;
 a 1-wide tree is the chain; compaction leaves in both caches exactly what the accepted tokens alone
 would have left; tree rounds log the agreed events; the fused kernel's tree rule equals the dense-mask reference."""
 
@@ -145,13 +146,14 @@ def _close(got, want) -> bool:
 @pytest.mark.parametrize("schedule", TREE_SCHEDULES)
 def test_compaction_leaves_exactly_the_accepted_path_in_both_caches(models, references, schedule, monkeypatch):
     """After tree rounds, the slots below the cursor hold what a model that saw only the emitted tokens
-    holds; without the compaction they do not (the control)."""
+    holds (pipelined-deferred: a used look-ahead's path and tokens moved into place too); without the
+    compaction they do not (the control)."""
 
     def caches_after(compacting: bool):
         if not compacting:
             monkeypatch.setattr(tree_rounds, "compact", lambda model, source, destination: None)
         target, draft = _fresh("tiny-qwen3", 1), _fresh("tiny-qwen3-draft", 2)
-        control = AcceptanceControl("a=0.7", 512, ROOM, torch.device("cpu"), seed=3)
+        control = AcceptanceControl("a=0.8", 512, ROOM, torch.device("cpu"), seed=3)
         control.bind(references["longer"], len(PROMPTS["longer"]), "longer")
         dec = Decoder(
             target, draft, DenseHead(draft.head_weight), graphs=False, control=control, tree=parse_tree("3x2x2")
@@ -159,6 +161,7 @@ def test_compaction_leaves_exactly_the_accepted_path_in_both_caches(models, refe
         g = dec.generate(PROMPTS["longer"], MAX_NEW, schedule)
         monkeypatch.undo()
         assert any(r.accepted >= 2 for r in g.rounds)  # paths that had to move
+        assert schedule != "pipelined-deferred" or any(r.lookahead_used for r in g.rounds)  # moved into place
         return g, target, draft
 
     def seen_alone(spec, seed, tokens, slots):
@@ -204,11 +207,31 @@ def test_tree_trace_fields_are_checked():
             check_trace_line(dict(line, **bad))
 
 
+PIPELINED_DEFERRED_TREES = ("2x1x1", "2x2x1", "4x2x1x1", "8x1x1x1", "dynamic:4,16,4", "dynamic:2,7,3")
+
+
+@pytest.mark.parametrize("tree", PIPELINED_DEFERRED_TREES)
+def test_pipelined_deferred_trees_equal_target_greedy_with_lookaheads_used_and_wasted(models, references, tree):
+    """The look-ahead past the guessed path, used (the next round verifies its chain of depth nodes) and
+    wasted, with every head that ranks children; dynamic:4,16,4 never verifies its depth-4 guess here
+    (the tiny draft's flat probabilities choose shallower nodes), so it wastes every look-ahead."""
+    rounds = []
+    for head, name in (("dense", "longer"), ("flashhead", "short"), ("shortlist", "longer")):
+        dec = _decoder(models, tree, head, "a=0.8", name, references)
+        g = dec.generate(PROMPTS[name], MAX_NEW, "pipelined-deferred")
+        assert g.tokens == references[name][:MAX_NEW], (tree, head)
+        rounds += g.rounds
+    used = [r.lookahead_used for r in rounds]
+    assert False in used and (True in used) == (tree != "dynamic:4,16,4")
+    after_used = [r.nodes for r, before in zip(rounds[1:], used) if before]
+    assert all(nodes == dec.K for nodes in after_used) and after_used == [r.nodes for r in rounds if r.nodes == dec.K]
+
+
 def test_trees_refuse_what_they_cannot_run(models):
-    with pytest.raises(UsageError, match="runs with the schedules ordinary, pipelined, deferred"):
-        _decoder(models, "2x2x1").generate(PROMPTS["short"], 4, "pipelined-deferred")
     with pytest.raises(UsageError, match="at most 64"):
         _decoder(models, "dynamic:16,64,6")
+    with pytest.raises(UsageError, match=r"pipelined-deferred: .* need 65 draft-cache slots after the root"):
+        _decoder(models, "dynamic:8,64,8").generate(PROMPTS["short"], 4, "pipelined-deferred")
 
 
 def _ancestor_words(parents):

@@ -1,8 +1,9 @@
 """Token trees on CUDA (skipped without a GPU): graphs on and off, fused kernels, dense and FlashHead
-drafts: every tree emits exactly target greedy under ordinary, pipelined and deferred, in float32 and
-in bfloat16 (where only the path-ordered attention makes that hold); sampled trees emit the same tokens
-in every tree schedule, with graphs and without, and follow acceptance control; every tree graph is
-captured up front; the decoder's fixed width covers the largest node budget."""
+drafts: every tree emits exactly target greedy under ordinary, pipelined, deferred and pipelined-deferred
+(its look-ahead used and wasted), in float32 and in bfloat16 (where only the path-ordered attention makes
+that hold); sampled trees emit the same tokens in every schedule of tree rounds only, and pipelined-deferred
+its own, with graphs and without, and follow acceptance control; every tree graph is captured up front;
+the decoder's fixed width covers the largest node budget."""
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from contracts.trees import TREE_SCHEDULES, parse_tree
 from model.sampling import SamplingSettings
 from tests.test_model_trees import tree_rows_equal_chain_rows
+from tests.test_sampling_trees import SAME_ROUNDS
 from tests.tiny_pair import gpu_decoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the GPU machine)")
@@ -51,6 +53,20 @@ def test_every_tree_equals_target_greedy_in_bfloat16(head, tree):
         assert dec.generate(PROMPT, MAX_NEW, schedule).tokens == want, schedule
 
 
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("tree", ["2x1x1", "2x2x1", "4x2x1x1", "8x1x1x1", "dynamic:2,7,3"])
+def test_pipelined_deferred_trees_use_their_lookahead_and_stay_exact(placement, dtype, tree):
+    """The look-ahead past the guessed path, used (the next round verifies its chain through the causal
+    rows of the one attention kernel) and wasted, with graphs, against target greedy."""
+    if tree.startswith("dynamic") and placement == "two-gpu":
+        pytest.skip("dynamic trees run on one device")
+    dec, want = _decoder(placement, tree, "dense", True, "a=0.8", dtype)
+    g = dec.generate(PROMPT, MAX_NEW, "pipelined-deferred")
+    assert g.tokens == want
+    assert {True, False} <= {r.lookahead_used for r in g.rounds[:-1]}
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("base", [7, 62, 300])
 def test_a_tree_row_is_bit_for_bit_the_chain_row_of_its_path_on_the_gpu(dtype, base):
@@ -68,17 +84,20 @@ def test_tree_graphs_are_captured_up_front():
     dec, _ = _decoder("one-gpu", "2x2x1")
     trees = dec.trees
     counts = (trees._verify.captured, trees._tree_body.captured, sum(c.captured for c in trees._children))
-    assert counts == (2, 2, 3)  # verify of N and N + 1 rows; draft frontiers of 2 and 4 nodes; one per depth
-    dec.generate(PROMPT, MAX_NEW, "deferred")
-    assert (trees._verify.captured, trees._tree_body.captured) == (2, 2)
+    # verify of N and N + 1 rows; draft frontiers of 2 and 4 nodes and the look-ahead's 1; one per depth
+    assert counts == (2, 3, 3)
+    for schedule in ("deferred", "pipelined-deferred"):
+        dec.generate(PROMPT, MAX_NEW, schedule)
+    assert (trees._verify.captured, trees._tree_body.captured) == (2, 3)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("tree", ["2x2x1", "4x2x2x1", "dynamic:2,7,3"])
 def test_sampled_trees_agree_across_schedules_and_graphs(placement, tree):
     """Sampling (multi-branch rejection; its distribution is tested on the CPU, tests/test_sampling_trees.py):
-    keyed numbers make every tree schedule emit the same tokens per sample, graphs or not; the control at
-    a=1 accepts every whole path and at a=0 nothing."""
+    keyed numbers make every schedule of tree rounds only emit the same tokens per sample, and
+    pipelined-deferred its own (its used look-aheads verify sampled chains), graphs or not; the control
+    at a=1 accepts every whole path and at a=0 nothing."""
     if tree.startswith("dynamic") and placement == "two-gpu":
         pytest.skip("dynamic trees run on one device")
     settings = SamplingSettings(temperature=0.8, seed=3)
@@ -86,9 +105,10 @@ def test_sampled_trees_agree_across_schedules_and_graphs(placement, tree):
     for graphs in (True, False):
         dec, _ = _decoder(placement, tree, graphs=graphs, spec=None, sampling=settings)
         for sample in range(3):
-            tokens = {tuple(dec.generate(PROMPT, MAX_NEW, s, sample).tokens) for s in TREE_SCHEDULES}
+            tokens = {tuple(dec.generate(PROMPT, MAX_NEW, s, sample).tokens) for s in SAME_ROUNDS}
             assert len(tokens) == 1, (graphs, sample)
-            outputs.add((sample, tokens.pop()))
+            looked_ahead = dec.generate(PROMPT, MAX_NEW, "pipelined-deferred", sample).tokens
+            outputs.add((sample, tokens.pop(), tuple(looked_ahead)))
     assert len(outputs) == 3  # graphs on and off agree sample by sample
     depth = parse_tree(tree).depth
     controls = [("a=0", {0})] + ([] if tree.startswith("dynamic") else [("a=1", {depth})])  # dynamic: its own nodes

@@ -1,7 +1,8 @@
 """Level 2 for token trees: sampled tree rounds (multi-branch rejection, docs/design.md "Token trees")
 give the target's own distribution of the first tokens, for static and dynamic trees, every tree
-schedule, and heads whose children are often outside the target's support; the classic wrong rule
-(the final token drawn from p instead of the residual) is rejected by the same test.
+schedule (pipelined-deferred's look-ahead included, whose used rounds verify a sampled chain), and
+heads whose children are often outside the target's support; the classic wrong rule (the final token
+drawn from p instead of the residual) is rejected by the same test.
 
 The decoder, the exact distribution and the G-test are level 2's (tests/test_sampling_decoder.py):
 the early-exit pair of tiny-qwen3 at top_k = 2, eight cells for three tokens."""
@@ -23,7 +24,10 @@ from tests.test_sampling_decoder import PROMPT, SETTINGS, _counts, _exact
 
 pair, exact = level2.pair, level2.exact  # level 2's tiny early-exit pair and its exact distribution (fixtures)
 
-PER_SCHEDULE = 100  # each schedule's own samples, 300 pooled (the other tests: level 2's 150)
+PER_SCHEDULE = 100  # each schedule's own samples, 400 pooled (the other tests: level 2's 150)
+# the schedules whose rounds are all tree rounds: the same tokens for the same sample (pipelined-deferred's
+# rounds after a used look-ahead verify a chain drafted by sampling, which decides positions otherwise)
+SAME_ROUNDS = tuple(s for s in TREE_SCHEDULES if s != "pipelined-deferred")
 
 
 def _decoder(target, draft, tree: str, head=None, settings=SETTINGS, **kw) -> Decoder:
@@ -34,7 +38,7 @@ def _decoder(target, draft, tree: str, head=None, settings=SETTINGS, **kw) -> De
 @pytest.mark.parametrize("tree", ["2x2x1", "dynamic:2,5,3"])
 def test_sampled_trees_sample_the_target(pair, exact, tree):
     """Each tree schedule alone and pooled (own samples each); keyed by position and sibling rank, the
-    numbers make every schedule emit the same tokens for the same sample."""
+    numbers make every schedule of tree rounds only emit the same tokens for the same sample."""
     dec = _decoder(*pair, tree)
     pooled = 0
     for index, schedule in enumerate(TREE_SCHEDULES):
@@ -43,7 +47,22 @@ def test_sampled_trees_sample_the_target(pair, exact, tree):
         pooled = pooled + counts
     assert g_test(pooled, probs) > ALPHA
     for sample in range(3):
-        assert len({tuple(dec.generate(PROMPT, 12, s, sample).tokens) for s in TREE_SCHEDULES}) == 1
+        assert len({tuple(dec.generate(PROMPT, 12, s, sample).tokens) for s in SAME_ROUNDS}) == 1
+
+
+def test_a_tree_lookahead_samples_the_target(pair):
+    """pipelined-deferred with the one-depth tree 2, where the look-ahead is used often: a draft that is
+    the target with a sharper head accepts the guessed path (the rank-0 node), and its guess e1 often
+    equals the sampled bonus; four tokens, so the fourth comes from a round that may verify the
+    look-ahead's sampled chain."""
+    target = pair[0]
+    sharp = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
+    sharp.head_weight.mul_(1.5)
+    dec = _decoder(target, sharp, "2")
+    counts, probs = _counts(dec, "pipelined-deferred", _exact(target, 4))
+    assert g_test(counts, probs) > ALPHA
+    used = [r.lookahead_used for s in range(10) for r in dec.generate(PROMPT, 4, "pipelined-deferred", s).rounds]
+    assert 0 < sum(used) < len(used)
 
 
 def test_deep_acceptance_samples_the_target(pair):
@@ -102,6 +121,7 @@ def test_acceptance_control_sets_the_accepted_paths_under_sampling(pair):
             accepted[spec, schedule] = [r.accepted for r in dec.generate(PROMPT, 16, schedule).rounds]
     for schedule in TREE_SCHEDULES:
         assert set(accepted["a=1", schedule][:-1]) == {3} and set(accepted["a=0", schedule]) == {0}
+    for schedule in SAME_ROUNDS:
         assert accepted["a=0.5", schedule] == accepted["a=0.5", "deferred"]
     assert len(set(accepted["a=0.5", "deferred"])) > 1
 

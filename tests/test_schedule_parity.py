@@ -199,11 +199,12 @@ def test_decoder_and_simulator_log_the_same_events(recorded, schedule, head, K):
         assert COPY in {e[0] for e in two_gpu}
 
 
-@pytest.mark.parametrize("tree", ["2x2x1", "dynamic:2,5,3"])
+@pytest.mark.parametrize("tree", ["2x2x1", "dynamic:2,7,3"])
 @pytest.mark.parametrize("schedule", TREE_SCHEDULES)
 def test_tree_rounds_log_the_simulators_events(models, references, schedule, tree):
     """Tree rounds (exact against target greedy, `_record` checks it): per depth one draft step over its
-    frontier, the nodes' copy, the verify of every node, and the cursor's copy with the path's cache moves."""
+    frontier, the nodes' copy, the verify of every node, and the cursor's copy with the path's cache moves.
+    pipelined-deferred: look-aheads used and wasted, and a used one's next round a chain of depth nodes."""
     target, draft = models
     shape = parse_tree(tree)
     control = AcceptanceControl(SPEC, 512, ROOM, torch.device("cpu"))
@@ -213,6 +214,11 @@ def test_tree_rounds_log_the_simulators_events(models, references, schedule, tre
     two_gpu = _simulated(run.lines, schedule, "dense", shape.depth, "two-gpu", shape)
     assert run.events_with_copies == two_gpu
     assert (COPY, "target", 3 + 3 * shape.depth) in two_gpu and (COPY, "draft", shape.node_count) in two_gpu
+    if schedule == "pipelined-deferred":
+        assert {True, False} <= {line["lookahead_used"] for line in run.lines}
+        chain_rounds = [i for i, line in enumerate(run.lines) if line["nodes"] == shape.depth]
+        assert chain_rounds and all(run.lines[i - 1]["lookahead_used"] for i in chain_rounds)
+        assert ("verify", "target", shape.depth + 1) in run.events
 
 
 def test_the_comparison_can_fail(recorded):

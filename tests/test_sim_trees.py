@@ -195,14 +195,24 @@ def test_tok_s_and_mean_accepted_length_are_printed(profile_path, capsys):
     argv = ["--profile", str(profile_path), "--no-ceiling", "--tree", "dynamic:4,16,5"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "dynamic:4,16,5" in out and "acc/rd" in out and "pipelined-deferred left out" in out
+    assert "dynamic:4,16,5" in out and "acc/rd" in out and "pipelined-deferred" in out
+    assert "schedules pipelined-deferred left out" not in out
+
+
+# 8 depth-1 nodes, 55 of their children, and a child of the last of those (node 62, fed at slot 62)
+WIDEST_FED = "paths:" + ";".join(
+    [str(i) for i in range(8)] + [f"{i}.{j}" for i in range(8) for j in range(7)][:55] + ["7.5.0"]
+)
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--tree", "2x0"], "--tree: tree '2x0': every number must be a positive integer"),
-        (["--tree", "2x2", "--schedule", "pipelined-deferred"], "runs on schedules ordinary, pipelined, deferred only"),
+        (
+            ["--tree", WIDEST_FED, "--schedule", "pipelined-deferred"],  # its look-ahead needs slots 63..66
+            "runs on schedules ordinary, pipelined, deferred only",
+        ),
         (["--tree", "2x2", "--head", "flashhead"], "runs on heads dense only"),
         (["--tree", "1x1x1x1x1x1x1"], "the profile's tree rates cover depths 1..6"),
         (["--tree", "9"], "top-1..8"),
