@@ -5,8 +5,10 @@ instance decodes a calibration prompt (never one of the validation prompts) unde
 `deferred`; the simulator replays those generations on the profile, pooled over the instances of one
 head (`pooled`), and each device cost is scaled by measured / predicted for its phase (target
 forwards, draft body, draft head), keeping the profile's shape over context and token count; the read
-gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). The runs
-that are predicted never enter their own calibration."""
+gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). On one device
+the draft's prefill is scaled the same way (`draft_prefill_ms`): it is paid once a generation, so a
+read gap fitted with it unscaled would charge its error to every round. The runs that are predicted
+never enter their own calibration."""
 
 from __future__ import annotations
 
@@ -18,12 +20,16 @@ from sim.sampling_costs import sampled_head_cost_path
 
 from .heads import head_cost_path
 from .plan import Config, tree_slug
-from .predict import predict
+from .predict import draft_prefill_ms, predict
 
 SCHEDULES = ("baseline", "deferred")
 # The phases whose measured / predicted ratio scales each profile cost; target forwards are verifies
 # and standalone appends alike.
-PHASES_OF_COST = {"target.forward_ms": ("verify", "finalize"), "draft.body_ms": ("draft_body",)}
+PHASES_OF_COST = {
+    "target.forward_ms": ("verify", "finalize"),
+    "draft.body_ms": ("draft_body",),
+    "draft.prefill_ms": ("initial",),  # measured on one device only (draft_prefill_ms)
+}
 HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
 
 
@@ -59,6 +65,8 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
+        if config.schedule != "baseline" and placement != "two-gpu":
+            measured["initial"] = measured.get("initial", 0.0) + draft_prefill_ms(lines)
     sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
     if sampled:
         regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
@@ -102,8 +110,7 @@ def fitted_read_gap(records, scales: dict, read_gap_ms: float, profile_path, pla
     """The read gap that makes `records` (calibration generations of one kind: baselines, or speculative
     ones) come out at their measured decode time in total, the device costs already scaled. What the
     host does around a read costs more in the loop than the measured gap alone (waking from the wait,
-    round bookkeeping that the queue cannot hide, and on one GPU the draft's prefill, which runs inside
-    the first round there): that residual is spread over the generations' reads."""
+    round bookkeeping that the queue cannot hide): that residual is spread over the generations' reads."""
     edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
     edits += (("host.read_gap_ms", "=", read_gap_ms),)
     residual, reads = 0.0, 0

@@ -408,7 +408,7 @@ def _predict_all(
                 summary,
                 predicted,
                 closed,
-                phase_rows(summary, predicted),
+                phase_rows(summary, predicted, lines),
                 str(trace.relative_to(folder)),
                 profile_only if calibration is not None else None,
                 sum(line["accepted"] for line in lines) / len(lines),
