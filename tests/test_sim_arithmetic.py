@@ -214,3 +214,22 @@ def test_the_host_gap_after_each_read_is_on_the_critical_path(schedule):
 
     (without, reads), (with_gap, _) = run(0.0), run(1.0)
     assert with_gap - without == pytest.approx(reads - 1)  # every read but the final one
+
+
+def test_extrapolation_never_falls_past_the_measured_range():
+    """A launch-bound draft prefill measured a little cheaper at 1024 tokens than at 128 (host noise)
+    stays at its 1024 value past it, where a line through the two would fall (the H200 policy profile's
+    draft prefill: 8.6 ms at 2662 tokens, where the decoder took 16); a rising cost still extrapolates."""
+    from sim.costs import Cost
+
+    def cost(values: dict) -> Cost:
+        points = [{"prompt_len": x, "median_ms": y, "p10_ms": y, "p90_ms": y, "n": 1} for x, y in values.items()]
+        return Cost.parse({"points": points}, "test", "draft.prefill_ms")
+
+    falling = cost({128: 11.74, 1024: 10.62})
+    assert falling.device_ms(prompt_len=2662) == pytest.approx(10.62)
+    assert falling.device_ms(prompt_len=64) == pytest.approx(11.74)  # nor rises before the first point
+    assert falling.device_ms(prompt_len=576) == pytest.approx((11.74 + 10.62) / 2)  # inside: interpolated
+    rising = cost({128: 10.0, 1024: 19.0})
+    assert rising.device_ms(prompt_len=2048) == pytest.approx(10.0 + 9.0 * (2048 - 128) / 896)
+    assert rising.device_ms(prompt_len=64) == pytest.approx(10.0 - 9.0 * 64 / 896)
