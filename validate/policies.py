@@ -41,6 +41,7 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
+from .calibration import described, draft_prefill_edit
 from .pipeline import calibration_workload, profile_has_read_gap
 from .plan import (
     Config,
@@ -52,7 +53,7 @@ from .plan import (
     parse_ks,
     report_folder,
 )
-from .predict import draft_prefill_ms, predict
+from .predict import predict
 from .runs import Workload, control_for, decode, free_memory, load_pair, references, run_config_dict
 
 SCHEDULE = "deferred"
@@ -362,14 +363,10 @@ def run_from_runs(args) -> Path:
         }
         results, calibration = _predicted(measured, calibration_runs, folder, p, args.profile)
         meta = dict(recorded["meta"])
-        scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
-        gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
         meta.update(
-            command=f"{meta['command']} (measured); predicted again from its runs by {args.command}",
+            _calibration_meta(calibration),
+            command=f"{meta['command']}` (measured); predicted again from its runs by `{args.command}",
             profile=args.profile,
-            calibration=f"{scales}; {gaps}",
-            calibration_scales=calibration["scales"],
-            calibration_read_gap_ms=calibration["read_gap_ms"],
         )
         write_atomic(folder / "report.md", _report(results, meta, p))
         write_atomic(folder / "results.json", json.dumps({"meta": meta, "categories": results}, indent=2) + "\n")
@@ -457,12 +454,7 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
             predicted["target"] += row["phase_ms"].get(phase, 0.0)
         if setting.arm is not None:
             per_drafter[setting.arm.drafter] = (phases, row["phase_ms"])
-            if p["placement"] != "two-gpu":  # the draft's prefill: decode time on one device
-                measured["initial"] += draft_prefill_ms(read_trace(trace))
-                predicted["initial"] += row["phase_ms"].get("initial", 0.0)
     scales = {"target.forward_ms": measured["target"] / predicted["target"]} if predicted["target"] else {}
-    if measured["initial"] > 0 and predicted["initial"] > 0:  # paid once a generation: not the read gap's
-        scales["draft.prefill_ms"] = measured["initial"] / predicted["initial"]
     for drafter, (phases, row_phases) in per_drafter.items():
         costs = dict(DRAFTER_COSTS[drafter])
         if drafter == "draft-model":
@@ -471,13 +463,21 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
             m, q = sum(phases.get(n, 0.0) for n in names), sum(row_phases.get(n, 0.0) for n in names)
             if m > 0 and q > 0:
                 scales[path] = m / q
-    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
+    drafted = [
+        (_sim_config(s, p["K"]), None, read_trace(trace), m.summary, trace)
+        for s, m in runs.items()
+        if s.arm is not None
+        for trace in [folder / "traces" / "calibration" / f"{s.name}.trace.jsonl"]
+    ]
+    prefill = draft_prefill_edit(drafted, profile_path, p["placement"], p["graphs"])
+    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items())) + prefill
     gaps = {"baseline": None, "speculative": None}
     for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
         chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
         gaps[kind] = _fitted_gap(chosen, folder, p, profile_path, edits)
     return {
         "scales": scales,
+        "prefill": prefill,
         "read_gap_ms": gaps,
         "speculative": edits + ((("host.read_gap_ms", "=", gaps["speculative"]),) if gaps["speculative"] else ()),
         "baseline": edits + ((("host.read_gap_ms", "=", gaps["baseline"]),) if gaps["baseline"] else ()),
@@ -713,9 +713,8 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dic
         acceptance = f"draft model under acceptance control {control.spec} (seed {control.seed})"
     if lookup_control is not None:
         acceptance += f"; prompt lookup under acceptance control {lookup_control.spec} per category"
-    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
-    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
     return {
+        **_calibration_meta(calibration),
         "weights": weights,
         "target": args.target,
         "draft": args.draft,
@@ -730,8 +729,17 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dic
         "warmup": args.warmup,
         "profile": args.profile,
         "calibration_prompt": prompt.id,
+        "command": args.command,
+    }
+
+
+def _calibration_meta(calibration: dict) -> dict:
+    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
+    scales += "".join(f", {described(edit)}" for edit in calibration["prefill"])
+    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
+    return {
         "calibration": f"{scales}; {gaps}",
         "calibration_scales": calibration["scales"],
+        "calibration_draft_prefill": [f"{path}{op}{value:g}" for path, op, value in calibration["prefill"]],
         "calibration_read_gap_ms": calibration["read_gap_ms"],
-        "command": args.command,
     }
