@@ -2,7 +2,10 @@
 
 A cost is a timing (`median_ms`, optional `host_ms`) or a table of timings over axes such as
 `n_tokens`, `context`, `prompt_len`, `probes` (contracts.profile). Interpolation is piecewise linear
-along each axis and extrapolates linearly from the two nearest points, never below zero.
+along each axis and extrapolates linearly from the two nearest points, never below zero, and never
+below the largest point's value past it (nor above the smallest point's value before it): more work
+does not cost less, so a slope that falls at an end of the measured range is noise (a launch-bound
+cost measured at two sizes), which extrapolation would multiply.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
     i = bisect.bisect_left(xs, x)
     i = min(max(i, 1), len(xs) - 1)
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    value = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    if x > xs[-1]:
+        value = max(value, ys[-1])
+    elif x < xs[0]:
+        value = min(value, ys[0])
+    return max(0.0, value)
 
 
 @dataclass(frozen=True)

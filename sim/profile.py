@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 
 from contracts import UsageError
-from contracts.profile import check_profile, read_profile
+from contracts.profile import check_profile, cost_grid, read_profile
 
-from .costs import Costs
+from .costs import Cost, Costs
 
 DATA = Path(__file__).parent / "data"
 
@@ -90,7 +90,8 @@ class Profile:
         return ys[-1]
 
     def edited(self, edits: list[tuple[str, str, float]], regime: str) -> Profile:
-        """A copy with numeric fields set (`=`) or scaled (`*=`); paths resolve in the regime first."""
+        """A copy with numeric fields set (`=`) or scaled (`*=`), or a one-axis cost measured at one more
+        point (`@X=`); paths resolve in the regime first."""
         raw = copy.deepcopy(self.raw)
         for path, op, value in edits:
             _edit(raw, path, op, value, regime)
@@ -140,7 +141,9 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
             node = node.get(part) if isinstance(node, dict) else None
         leaf = node.get(parts[-1]) if isinstance(node, dict) else None
         if isinstance(leaf, dict):
-            if op == "=" and "points" in leaf:
+            if op.startswith("@"):
+                _measured_at(leaf, path, op, value)
+            elif op == "=" and "points" in leaf:
                 leaf.clear()
                 leaf.update({"median_ms": value, "p10_ms": value, "p90_ms": value, "n": 1})
             else:
@@ -153,6 +156,23 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
     close = difflib.get_close_matches(path, editable_paths(raw, regime), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UsageError(f"unknown what-if key {path!r}; {hint}python -m sim --keys lists every valid key")
+
+
+def _measured_at(leaf: dict, path: str, op: str, value: float) -> None:
+    """`path@X=ms`: a cost of one axis measured at X too (a calibration's measurement where the profile
+    has no point): the point is added, or replaces the one at X, with the host time the other points give
+    there (the host's issue does not grow with what the device does)."""
+    axes, grid = cost_grid(leaf, path)
+    try:
+        x = float(op[1:].removesuffix("="))
+    except ValueError:
+        raise UsageError(f"what-if {path}{op}: expected {path}@X= with X a number") from None
+    if len(axes) != 1:
+        raise UsageError(f"what-if {path}{op}: only a cost measured along one axis takes a point (it has {axes})")
+    host = Cost.parse(leaf, path, path).host_ms(**{axes[0]: x})
+    axis = int(x) if x.is_integer() else x
+    point = {axes[0]: axis, "median_ms": value, "p10_ms": value, "p90_ms": value, "n": 1, "host_ms": host}
+    leaf["points"] = sorted([p for p in leaf["points"] if p[axes[0]] != x] + [point], key=lambda p: p[axes[0]])
 
 
 def load_profile(name_or_path: str) -> Profile:

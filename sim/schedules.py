@@ -339,14 +339,22 @@ class SimulatedRun:
         return body_ms, sum(d for d, _ in head_ms), host_ms + sum(h for _, h in head_ms)
 
     def prefill(self, generation: Generation, with_draft: bool):
+        """The prefills up to the first token (TTFT). On two devices the draft's prefill runs beside the
+        target's; on one the decoder issues it after the first token, so all of it, the host's issue
+        included, is decode time (model.decoder.Decoder._prefill; sim.simulate issues it there)."""
         t, L = self.costs.target_prefill, generation.prompt_len
         target_done = yield from self.launch(
             self.target, {"prefill": t.device_ms(prompt_len=L)}, t.host_ms(prompt_len=L)
         )
-        if with_draft:  # the draft's stream runs its first steps after this
-            d = self.costs.draft_prefill
-            yield from self.launch(self.draft, {"initial": d.device_ms(prompt_len=L)}, d.host_ms(prompt_len=L))
+        if with_draft and self.two_devices:  # the draft's stream runs its first steps after this
+            yield from self.draft_prefill(L)
         yield from self.sync(target_done, phase="prefill")  # the first token belongs to TTFT
+
+    def draft_prefill(self, prompt_len: int):
+        d = self.costs.draft_prefill
+        yield from self.launch(
+            self.draft, {"initial": d.device_ms(prompt_len=prompt_len)}, d.host_ms(prompt_len=prompt_len)
+        )
 
     def record(self, generation, index, K, accepted, emitted, skipped, context, lookahead=None, arm=None):
         self.rounds.append(

@@ -42,11 +42,14 @@ def _run(
                 start = env.now
                 m.cached = {}  # a new generation: every drafter's cache is refilled by its prefill
                 m.policy.begin(g.prompt_id)
-                yield from m.prefill(g, with_draft=config.schedule != "baseline")
+                with_draft = config.schedule != "baseline"
+                yield from m.prefill(g, with_draft)
                 ttft.append(env.now - start)
                 first = env.now
                 if timeline and index == 0:
                     recorded["origin"] = first
+                if with_draft and not m.two_devices:  # the decoder issues it after the first token there
+                    yield from m.draft_prefill(g.prompt_len)
                 yield from RUNNERS[config.schedule](m, g, source.stream(g, seed))
                 decode.append(env.now - first)
                 m.timeline = None  # launches of later generations are not recorded

@@ -79,6 +79,8 @@ def make_files(folder: Path) -> dict[str, Path]:
     (folder / "runs" / "traces").mkdir(parents=True)
     (folder / "runs" / "traces" / "x.summary.json").write_text("{}")
     files["runs"] = folder / "runs"
+    (folder / "policy_runs" / "traces" / "calibration").mkdir(parents=True)  # a policy report without results
+    files["policy_runs"] = folder / "policy_runs"
     heads = folder / "heads"  # a shortlist and a 4-cluster router for the tiny presets' 512 tokens
     save_shortlist(Shortlist(torch.arange(512), torch.zeros(512, dtype=torch.long)), heads)
     assignments, members = split_clusters(torch.arange(512) % 4, cap=128)
@@ -311,6 +313,7 @@ CASES = [
     ("validate", [*VALIDATE, "--measure", "--out", "{a_file}"], "exists and is not a folder"),
     ("validate", ["--from-runs", "{runs}", "--profile", "{good_profile.json}"], "unknown summary schema"),
     ("validate", ["--from-runs", "{report}", "--profile", "{good_profile.json}"], "no recorded runs"),
+    ("validate", ["--from-runs", "{policy_runs}", "--profile", "{good_profile.json}"], "has no results.json"),
     ("validate", [*VALIDATE, "--measure", "--graphs", "on"], "needs a GPU placement"),
     ("validate", [*VALIDATE, "--measure", "--placement", "tp2"], "placement tp2: record the runs with torchrun"),
     ("validate", [*VALIDATE, "--measure", "--temperature", "nan"], "--temperature must be a finite number >= 0"),

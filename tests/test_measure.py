@@ -143,3 +143,49 @@ def test_bad_input_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
     assert not out.exists() and not out.with_suffix(".md").exists()
+
+
+def test_the_draft_prefill_is_timed_without_a_first_token_choice(monkeypatch):
+    """The decoder's draft prefill only fills the draft's cache; the target's also picks the first
+    token. Timing a head in the draft's prefill charged the real Gemma 3 270M's 60 ms dense head (262k
+    vocabulary, CPU) to every generation that the decoder never paid."""
+    import torch
+
+    from measure import benchmarks
+
+    chosen = []
+
+    class CountingHead:
+        def __init__(self, weight):
+            pass
+
+        def argmax(self, hidden):
+            chosen.append(hidden.shape)
+            return hidden
+
+    class Model:
+        head_weight = torch.zeros(1)
+        config = type("Config", (), {"vocab_size": 10})
+
+        def forward_hidden(self, tokens, positions):
+            return torch.zeros(1, tokens.shape[-1], 4)
+
+    class Bench:
+        prompt_lengths = [4, 8]
+
+        def tokens(self, n, device, vocab, variants=4):
+            return [torch.zeros(1, n, dtype=torch.long)] * variants
+
+        def time(self, fn, inputs, device):
+            fn(*inputs[0])
+            return {"median_ms": 1.0}
+
+        def tick(self, what):
+            pass
+
+    monkeypatch.setattr(benchmarks, "DenseHead", CountingHead)
+    loaded = type("Loaded", (), {"model": Model(), "info": {"name": "m"}})
+    benchmarks._prefill(Bench(), loaded, torch.device("cpu"), first_token=False)
+    assert chosen == []
+    benchmarks._prefill(Bench(), loaded, torch.device("cpu"))
+    assert len(chosen) == 2  # the target's prefill picks its first token at each prompt length

@@ -37,13 +37,14 @@ def test_iid_tokens_per_round_match_closed_form(a, K):
 # it. Ordinary and pipelined read the counter once more after round 3: it left the host unsure
 # whether the 7 tokens were reached (6 <= n <= 8; Decoder.resolve).
 HAND = {
-    # one GPU: everything in one stream. The draft prefill ends at 55 (4.9 after decode starts).
-    ("one-gpu", "ordinary"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
-    ("one-gpu", "pipelined"): 4.9 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
-    ("one-gpu", "deferred"): 4.9 + 3 * (6 + 13 + 0.1) + 11 + 0.1,
+    # one GPU: everything in one stream. The draft prefill is issued after the first token, as the
+    # decoder issues it there: it takes the decode's first 5 ms.
+    ("one-gpu", "ordinary"): 5 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
+    ("one-gpu", "pipelined"): 5 + 11 + (6 + 0.1 + 12 + 11) + (6 + 0.1 + 11) + (6 + 0.1 + 12 + 11) + 0.1 + 0.1,
+    ("one-gpu", "deferred"): 5 + 3 * (6 + 13 + 0.1) + 11 + 0.1,
     # each read waits for the verify and the whole look-ahead (3 steps): round 1's look-ahead is
     # used, so round 2 drafts nothing; rounds 2 and 3 waste theirs.
-    ("one-gpu", "pipelined-deferred"): 4.9 + (6 + 13 + 9 + 0.1) + (13 + 9 + 0.1) + (6 + 13 + 9 + 0.1) + 11 + 0.1,
+    ("one-gpu", "pipelined-deferred"): 5 + (6 + 13 + 9 + 0.1) + (13 + 9 + 0.1) + (6 + 13 + 9 + 0.1) + 11 + 0.1,
     # two GPUs. ordinary: initial append 50.1-61.1; R1 draft 50.1-56.1, its copy waits for the
     # append 61.1-61.35, read 61.45, verify -73.45, append -84.45, copy of f -84.7; R2 draft after
     # it -90.7, copy -90.95, read 91.05, append -102.05, copy -102.3; R3 draft -108.3, copy -108.55,
@@ -169,10 +170,26 @@ def test_phase_times_add_up_on_one_device(tmp_path, schedule):
         ceiling=False,
     )
     row = rows[1]
-    idle_at_start = 5.0 - 0.1  # the draft prefill ends after the first token was read
-    assert row["phase_ms"]["initial"] == 5.0  # the draft prefill, run before decoding starts
-    device_and_host = sum(row["phase_ms"].values()) - row["phase_ms"]["initial"]
-    assert device_and_host + idle_at_start == pytest.approx(row["decode_ms"])
+    assert row["phase_ms"]["initial"] == 5.0  # the draft prefill, the decode's first work on one device
+    assert sum(row["phase_ms"].values()) == pytest.approx(row["decode_ms"])
+
+
+@pytest.mark.parametrize("placement", ["one-gpu", "two-gpu"])
+def test_the_draft_prefill_lies_where_the_decoder_runs_it(tmp_path, placement):
+    """Launch-bound prefills (the host issues them as long as the device runs them): on one device the
+    decoder issues the draft's prefill after the first token, so all of it is decode time even where the
+    target's prefill could hide its issue; on two it runs beside the target's, within TTFT."""
+    raw = tiny_profile(placement)
+    raw["regimes"]["eager"]["target"]["prefill_ms"]["host_ms"] = 50.0
+    raw["regimes"]["eager"]["draft"]["prefill_ms"]["host_ms"] = 5.0
+    profile, trace = write(tmp_path, raw, trace_lines([2, 0, 1]))
+    rows, _ = run(
+        Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=("deferred",), heads=("dense",)),
+        ceiling=False,
+    )
+    # the decode as hand-computed above, where the prefills' device time alone mattered
+    assert rows[1]["decode_ms"] == pytest.approx(HAND[(placement, "deferred")])
+    assert rows[1]["ttft_ms"] == pytest.approx(50.1 if placement == "one-gpu" else 55.1)
 
 
 @pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
@@ -197,3 +214,22 @@ def test_the_host_gap_after_each_read_is_on_the_critical_path(schedule):
 
     (without, reads), (with_gap, _) = run(0.0), run(1.0)
     assert with_gap - without == pytest.approx(reads - 1)  # every read but the final one
+
+
+def test_extrapolation_never_falls_past_the_measured_range():
+    """A launch-bound draft prefill measured a little cheaper at 1024 tokens than at 128 (host noise)
+    stays at its 1024 value past it, where a line through the two would fall (the H200 policy profile's
+    draft prefill: 8.6 ms at 2662 tokens, where the decoder took 16); a rising cost still extrapolates."""
+    from sim.costs import Cost
+
+    def cost(values: dict) -> Cost:
+        points = [{"prompt_len": x, "median_ms": y, "p10_ms": y, "p90_ms": y, "n": 1} for x, y in values.items()]
+        return Cost.parse({"points": points}, "test", "draft.prefill_ms")
+
+    falling = cost({128: 11.74, 1024: 10.62})
+    assert falling.device_ms(prompt_len=2662) == pytest.approx(10.62)
+    assert falling.device_ms(prompt_len=64) == pytest.approx(11.74)  # nor rises before the first point
+    assert falling.device_ms(prompt_len=576) == pytest.approx((11.74 + 10.62) / 2)  # inside: interpolated
+    rising = cost({128: 10.0, 1024: 19.0})
+    assert rising.device_ms(prompt_len=2048) == pytest.approx(10.0 + 9.0 * (2048 - 128) / 896)
+    assert rising.device_ms(prompt_len=64) == pytest.approx(10.0 - 9.0 * 64 / 896)

@@ -290,6 +290,55 @@ def test_the_fitted_read_gap_makes_the_calibration_generations_come_out_as_measu
     assert 2 * refit["decode_ms"] == pytest.approx(slow[3]["decode_ms"] + fast[3]["decode_ms"])
 
 
+def test_the_draft_prefill_is_calibrated_per_generation_not_per_read(tmp_path):
+    """On one device the decoder runs the draft's prefill in the first round (its `other`, beyond the
+    later rounds' usual 0.3 ms). A calibration generation whose prefill took twice the profile's 5 ms
+    scales draft.prefill_ms by 2, and the read gap it fits stays the measured 0.1 ms: a once-a-generation
+    cost charged to every read would predict a generation of many rounds too slow. Past the prompt
+    lengths the profile measured, the measurement becomes a point of the cost instead of a scale."""
+    from tests.sim_fixtures import tiny_profile, write
+    from tests.sim_fixtures import trace_lines as fixture_lines
+    from validate.calibration import draft_prefill_edit, fitted_read_gap, scales_from
+    from validate.plan import Config
+    from validate.predict import draft_prefill_ms, predict
+
+    profile_path, trace_path = write(
+        tmp_path, tiny_profile("one-gpu", read_gap_ms=0.1), fixture_lines([1, 2, 0, 2], K=2)
+    )
+    lines = [
+        dict(line, schedule="deferred", phases_ms={"other": 0.3 + (10.0 if line["round"] == 0 else 0.0)})
+        for line in json_lines(trace_path)
+    ]
+    assert draft_prefill_ms(lines) == pytest.approx(10.0)
+    config = Config("deferred", "dense", 2)
+    gap = (("host.read_gap_ms", "=", 0.1),)
+    predicted, _ = predict(profile_path, trace_path, lines, config, None, "one-gpu", False, gap)
+    assert predicted["phase_ms"]["initial"] == pytest.approx(5.0)
+    reads = len(lines)
+    summary = {
+        "phases_ms": {p: predicted["phase_ms"][p] for p in ("verify", "finalize", "draft_body", "draft_head")},
+        "decode_ms": predicted["decode_ms"] + 5.0,  # the prefill's extra 5 ms, once
+        "host_gaps": reads,
+    }
+    record = (config, None, lines, summary, trace_path)
+    prefill = draft_prefill_edit([record], profile_path, "one-gpu", False)
+    assert prefill == (("draft.prefill_ms", "*=", pytest.approx(2.0)),)
+    scales = scales_from([record], "dense", profile_path, "one-gpu", False)
+    assert fitted_read_gap([record], scales, 0.1, profile_path, "one-gpu", False, prefill) == pytest.approx(0.1)
+    assert draft_prefill_edit([record], profile_path, "two-gpu", False) == ()  # within TTFT there
+
+    raw = tiny_profile("one-gpu", read_gap_ms=0.1)  # the prompt (8 tokens) past the measured lengths
+    raw["regimes"]["eager"]["draft"]["prefill_ms"] = {
+        "points": [{"prompt_len": n, "median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0, "n": 1} for n in (2, 4)]
+    }
+    (tmp_path / "measured_short.json").write_text(json.dumps(raw))
+    short = tmp_path / "measured_short.json"
+    prefill = draft_prefill_edit([record], short, "one-gpu", False)
+    assert prefill == (("draft.prefill_ms", "@8=", pytest.approx(10.0)),)
+    calibrated, _ = predict(short, trace_path, lines, config, None, "one-gpu", False, prefill)
+    assert calibrated["phase_ms"]["initial"] == pytest.approx(10.0)
+
+
 def test_calibration_pools_the_instances_of_one_head_and_the_baselines_of_all():
     from validate.calibration import pooled
     from validate.plan import Config

@@ -66,3 +66,31 @@ def test_the_simulator_replays_each_fixed_arms_rounds_exactly(report):
         for r in category["rows"]:
             if ":K" in r["label"]:
                 assert r["measured_rounds"] == r["predicted_rounds"], r["label"]
+
+
+def test_from_runs_predicts_the_recorded_runs_again_as_the_run_did(report, tmp_path):
+    """--from-runs on the report's folder runs no model and reproduces every measured and predicted
+    number with the same profile (a profile twice as slow moves every prediction)."""
+    again = tmp_path / "again"
+    assert (
+        main(["--from-runs", str(report), "--profile", str(report.parent / "profile.json"), "--out", str(again)]) == 0
+    )
+    before = json.loads((report / "results.json").read_text())["categories"]
+    after = json.loads((again / "results.json").read_text())["categories"]
+    for key in ("measured_tok_s", "predicted_tok_s", "profile_only_tok_s", "exact", "measured_pulls"):
+        assert [[r[key] for r in c["rows"]] for c in after.values()] == [
+            [pytest.approx(r[key]) if isinstance(r[key], float) else r[key] for r in c["rows"]] for c in before.values()
+        ]
+    slow = json.loads((report.parent / "profile.json").read_text())
+    slow["regimes"]["eager"]["target"]["forward_ms"]["points"] = [
+        dict(point, median_ms=2 * point["median_ms"], p10_ms=2 * point["median_ms"], p90_ms=2 * point["median_ms"])
+        for point in slow["regimes"]["eager"]["target"]["forward_ms"]["points"]
+    ]
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    assert (
+        main(["--from-runs", str(report), "--profile", str(tmp_path / "slow.json"), "--out", str(tmp_path / "s")]) == 0
+    )
+    slower = json.loads((tmp_path / "s" / "results.json").read_text())["categories"]
+    for c_before, c_slow in zip(before.values(), slower.values()):
+        for r, s in zip(c_before["rows"], c_slow["rows"]):
+            assert s["profile_only_tok_s"] < r["profile_only_tok_s"]

@@ -199,7 +199,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         metavar="DIR",
         help="run no model: predict again the runs recorded in DIR/traces (an earlier report's, or the "
-        "folder a run left when it stopped before its prediction) with --profile, into --out",
+        "folder a run left when it stopped before its prediction; a --drafter/--policy report's too) with "
+        "--profile, into --out",
     )
     p.add_argument(
         "--drafter",
@@ -237,7 +238,9 @@ def main(argv=None) -> int:
         args = parse_args(argv)
         if args.trees != "chain" and (args.peers or args.drafter is not None or args.policy is not None):
             raise UsageError("--trees: trees run in the default validation, not with --peers, --drafter or --policy")
-        if args.from_runs:
+        if args.from_runs and policies.recorded_in(args.from_runs):
+            policies.run_from_runs(args)
+        elif args.from_runs:
             pipeline.run_from_runs(args)
         elif args.drafter is not None or args.policy is not None:
             policies.run(args)

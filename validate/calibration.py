@@ -5,8 +5,10 @@ instance decodes a calibration prompt (never one of the validation prompts) unde
 `deferred`; the simulator replays those generations on the profile, pooled over the instances of one
 head (`pooled`), and each device cost is scaled by measured / predicted for its phase (target
 forwards, draft body, draft head), keeping the profile's shape over context and token count; the read
-gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). The runs
-that are predicted never enter their own calibration."""
+gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). On one device
+the draft's prefill is scaled the same way (`draft_prefill_ms`): it is paid once a generation, so a
+read gap fitted with it unscaled would charge its error to every round. The runs that are predicted
+never enter their own calibration."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from sim.sampling_costs import sampled_head_cost_path
 
 from .heads import head_cost_path
 from .plan import Config, tree_slug
-from .predict import predict
+from .predict import draft_prefill_ms, predict
 
 SCHEDULES = ("baseline", "deferred")
 # The phases whose measured / predicted ratio scales each profile cost; target forwards are verifies
@@ -36,14 +38,16 @@ class Calibration:
     records: list  # (Config, probes, trace lines, run summary, trace path) per calibration generation pooled
     scales: dict[str, float]  # profile cost path -> measured / predicted
     read_gap_ms: float | None = None  # the host's mean time from a read to its next launch, as measured
+    prefill: tuple = ()  # the draft prefill's edit (draft_prefill_edit)
 
     def edits(self) -> tuple[tuple[str, str, float], ...]:
-        """The scales (and the measured read gap) as the simulator's what-if edits."""
-        edits = tuple((path, "*=", factor) for path, factor in sorted(self.scales.items()))
+        """The scales, the draft prefill's edit and the read gap as the simulator's what-if edits."""
+        edits = tuple((path, "*=", factor) for path, factor in sorted(self.scales.items())) + self.prefill
         return edits + ((("host.read_gap_ms", "=", self.read_gap_ms),) if self.read_gap_ms is not None else ())
 
     def describe(self) -> str:
         scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(self.scales.items()))
+        scales += "".join(f", {described(edit)}" for edit in self.prefill)
         if self.read_gap_ms is not None:
             scales += f", host.read_gap_ms = {self.read_gap_ms:.4f}"
         names = " + ".join(sorted({c.name for c, *_ in self.records}))
@@ -75,6 +79,39 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
     return scales
 
 
+def described(edit: tuple) -> str:
+    """A calibration's edit as the report shows it: `path xF` for a scale, `path@X=V ms` for a point."""
+    path, op, value = edit
+    return f"{path} x{value:.4f}" if op == "*=" else f"{path}{op}{value:.4g} ms"
+
+
+def draft_prefill_edit(records, profile_path, placement: str, graphs: bool) -> tuple:
+    """The draft prefill's calibration, as what-if edits (none on two devices, where it runs within TTFT,
+    or where nothing was measured). It is paid once a generation, so a read gap fitted without it would
+    charge its error to every round. Where the calibration prompt's length lies within the prompt lengths
+    the profile measured, measured / predicted scales the cost (its shape there was measured; its level
+    drifts as every cost's does). Past them the measurement becomes one more point of the cost: the
+    profile's shape there is only an extrapolation, and no ratio holds across it (on an H200 the draft's
+    prefill is launch-bound, about 10 ms, up to 1024 tokens and device-bound, 16 ms, at 2662)."""
+    if placement == "two-gpu":
+        return ()
+    drafted = [r for r in records if r[0].schedule != "baseline"]
+    measured = sum(draft_prefill_ms(lines) for _, _, lines, _, _ in drafted)
+    predicted = sum(
+        predict(profile_path, trace, lines, config, probes, placement, graphs)[0]["phase_ms"].get("initial", 0.0)
+        for config, probes, lines, _, trace in drafted
+    )
+    if measured <= 0 or predicted <= 0:
+        return ()
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    lengths = load_profile(str(profile_path)).costs[regime].draft_prefill.values
+    prompt_lens = {max(0, lines[0]["context"] - 1) for _, _, lines, _, _ in drafted}
+    if len(lengths) == 1 and len(prompt_lens) == 1 and not lengths[0][0] <= min(prompt_lens) <= lengths[0][-1]:
+        generations = sum(1 for _, _, lines, _, _ in drafted for line in lines if line["round"] == 0)
+        return (("draft.prefill_ms", f"@{min(prompt_lens)}=", measured / generations),)
+    return (("draft.prefill_ms", "*=", measured / predicted),)
+
+
 def read_gap_from(records) -> float | None:
     """The mean host gap after a read over the calibration generations (None where not recorded)."""
     total = sum(summary.get("host_gap_ms") or 0.0 for *_, summary, _ in records)
@@ -99,13 +136,14 @@ def pooled(records: dict, group: str) -> list:
     ]
 
 
-def fitted_read_gap(records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool) -> float:
+def fitted_read_gap(
+    records, scales: dict, read_gap_ms: float, profile_path, placement: str, graphs: bool, prefill: tuple = ()
+) -> float:
     """The read gap that makes `records` (calibration generations of one kind: baselines, or speculative
     ones) come out at their measured decode time in total, the device costs already scaled. What the
     host does around a read costs more in the loop than the measured gap alone (waking from the wait,
-    round bookkeeping that the queue cannot hide, and on one GPU the draft's prefill, which runs inside
-    the first round there): that residual is spread over the generations' reads."""
-    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
+    round bookkeeping that the queue cannot hide): that residual is spread over the generations' reads."""
+    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items())) + prefill
     edits += (("host.read_gap_ms", "=", read_gap_ms),)
     residual, reads = 0.0, 0
     for config, probes, lines, summary, trace in records:

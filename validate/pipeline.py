@@ -35,7 +35,16 @@ from sim.sampling_costs import sampled_profile
 from . import report
 from .acceptance_curves import base_control, head_controls
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
-from .calibration import Calibration, fitted_read_gap, group_name, pooled, read_gap_from, scales_from, trace_name
+from .calibration import (
+    Calibration,
+    draft_prefill_edit,
+    fitted_read_gap,
+    group_name,
+    pooled,
+    read_gap_from,
+    scales_from,
+    trace_name,
+)
 from .closed_form import closed_form
 from .heads import check_profile_heads, is_budgeted, validated_heads
 from .plan import (
@@ -334,12 +343,13 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
         pool = pooled(records, group)
         head = "dense" if group == "baseline" else group.split("-", 1)[1]
         scales = scales_from(pool, head, profile_path, placement, graphs)
+        prefill = draft_prefill_edit(pool, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
         gap = read_gap_from(pool) if gap_in_profile else None
         if gap is not None:
             own_kind = [r for r in pool if (r[0].schedule == "baseline") == (group == "baseline")]
-            gap = fitted_read_gap(own_kind, scales, gap, profile_path, placement, graphs)
-        calibrations[group] = Calibration(group, prompt, pool, scales, gap)
+            gap = fitted_read_gap(own_kind, scales, gap, profile_path, placement, graphs, prefill)
+        calibrations[group] = Calibration(group, prompt, pool, scales, gap, prefill)
     return calibrations
 
 
@@ -409,7 +419,7 @@ def _predict_all(
                 summary,
                 predicted,
                 closed,
-                phase_rows(summary, predicted),
+                phase_rows(summary, predicted, lines),
                 str(trace.relative_to(folder)),
                 profile_only if calibration is not None else None,
                 sum(line["accepted"] for line in lines) / len(lines),

@@ -19,6 +19,7 @@ oracle (measured: per generation the fastest fixed arm's time).
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from contracts.files import staged, write_atomic
 from contracts.names import POLICIES, REGIME_OF_GRAPHS_FLAG
 from contracts.policies import Arm, arms, make_policy, parse_drafters
 from contracts.progress import Progress
-from contracts.trace import read_trace, write_summary, write_trace
+from contracts.trace import read_summary, read_trace, write_summary, write_trace
 from model.drafter_runs import drafter_runs
 from model.drafting import Drafting
 from model.early_exit import early_exit
@@ -40,8 +41,18 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
+from .calibration import described, draft_prefill_edit
 from .pipeline import calibration_workload, profile_has_read_gap
-from .plan import Config, check_acceptance, check_profile, choose_prompts, graphs_on, parse_ks, report_folder
+from .plan import (
+    Config,
+    check_acceptance,
+    check_out,
+    check_profile,
+    choose_prompts,
+    graphs_on,
+    parse_ks,
+    report_folder,
+)
 from .predict import predict
 from .runs import Workload, control_for, decode, free_memory, load_pair, references, run_config_dict
 
@@ -282,14 +293,7 @@ def run(args) -> Path:
         decoders.clear()
         free_memory()
 
-        profile_path = args.profile
-        calibration = _calibrate(calibration_runs, folder, p, profile_path)
-        results = {}
-        for category in categories:
-            trace = folder / "traces" / category / f"{Setting('fixed', p['choices'][0]).name}.trace.jsonl"
-            alone = _predict(trace, p, profile_path, (), ())
-            calibrated = _predict(trace, p, profile_path, calibration["speculative"], calibration["baseline"])
-            results[category] = _compare(measured[category], alone, calibrated, p)
+        results, calibration = _predicted(measured, calibration_runs, folder, p, args.profile)
         meta = _meta(args, p, weights, control, lookup_control, calibration, calibration_prompt, categories)
         report = _report(results, meta, p)
         write_atomic(folder / "report.md", report)
@@ -299,6 +303,95 @@ def run(args) -> Path:
     print(_headline(results))
     print(f"wrote {p['out']}/report.md, results.json, results.csv, traces/")
     return p["out"]
+
+
+def _predicted(measured: dict, calibration_runs: dict, folder: Path, p: dict, profile_path) -> tuple[dict, dict]:
+    """(results per category, the calibration): every category's configurations predicted from the
+    profile alone and calibrated, against their measurements (`folder`/traces holds every trace)."""
+    calibration = _calibrate(calibration_runs, folder, p, profile_path)
+    results = {}
+    for category, runs in measured.items():
+        trace = folder / "traces" / category / f"{Setting('fixed', p['choices'][0]).name}.trace.jsonl"
+        alone = _predict(trace, p, profile_path, (), ())
+        calibrated = _predict(trace, p, profile_path, calibration["speculative"], calibration["baseline"])
+        results[category] = _compare(runs, alone, calibrated, p)
+    return results, calibration
+
+
+def recorded_in(folder) -> bool:
+    """Whether `folder` holds a drafter/policy validation's runs (its calibration has a folder of its own)."""
+    return (Path(folder) / "traces" / "calibration").is_dir()
+
+
+def run_from_runs(args) -> Path:
+    """--from-runs DIR of a policies report: its recorded runs predicted again with --profile into --out
+    (no model runs; exactness as DIR's results.json recorded it, which needs the target's references)."""
+    source = Path(args.from_runs)
+    if not args.profile or not args.out:
+        raise UsageError("--from-runs needs --profile (the profile to predict with) and --out")
+    if not (source / "results.json").is_file():
+        raise UsageError(f"--from-runs: {source} has no results.json of a drafter/policy validation")
+    recorded = json.loads((source / "results.json").read_text())
+    categories = recorded["meta"]["prompts"]
+    config = _policy_config(source / "traces" / next(iter(categories)))
+    choices = tuple(Arm(label.split(":K")[0], int(label.split(":K")[1])) for label in config["arms"])
+    drafters = tuple(dict.fromkeys(a.drafter for a in choices))
+    policies = tuple(x for x in ONLINE if (source / "traces" / next(iter(categories)) / f"{x}.summary.json").is_file())
+    settings = [Setting("baseline")] + [Setting("fixed", a) for a in choices] + [Setting(x) for x in policies]
+    placement, graphs = config["placement"], config["graphs"]
+    profile = check_profile(args.profile, placement, graphs)
+    profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]].check_drafters(drafters)
+    p = dict(
+        drafters=drafters,
+        policies=policies,
+        Ks=tuple(sorted({a.K for a in choices})),
+        K=max(a.K for a in choices),
+        head=config["head"],
+        choices=choices,
+        settings=settings,
+        placement=placement,
+        graphs=graphs,
+    )
+    check_out(Path(args.out), args.force)
+    exact = {(c, r["label"]): r["exact"] for c, result in recorded["categories"].items() for r in result["rows"]}
+    with staged(Path(args.out)) as folder:
+        shutil.copytree(source / "traces", folder / "traces")
+        calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, p["K"])) for d in drafters]
+        calibration_runs = {s: _recorded(folder / "traces" / "calibration", s, True) for s in calibration_settings}
+        measured = {
+            c: {s: _recorded(folder / "traces" / c, s, exact[(c, s.label)]) for s in settings} for c in categories
+        }
+        results, calibration = _predicted(measured, calibration_runs, folder, p, args.profile)
+        meta = dict(recorded["meta"])
+        meta.update(
+            _calibration_meta(calibration),
+            command=f"{meta['command']}` (measured); predicted again from its runs by `{args.command}",
+            profile=args.profile,
+        )
+        write_atomic(folder / "report.md", _report(results, meta, p))
+        write_atomic(folder / "results.json", json.dumps({"meta": meta, "categories": results}, indent=2) + "\n")
+        write_atomic(folder / "results.csv", _csv(results))
+    print(_table(results))
+    print(_headline(results))
+    print(f"wrote {args.out}/report.md, results.json, results.csv, traces/")
+    return Path(args.out)
+
+
+def _policy_config(folder: Path) -> dict:
+    """The config of an online policy's run in a category's traces (it names every arm, the first first)."""
+    for path in sorted(folder.glob("*.summary.json")):
+        config = read_summary(path)["config"]
+        if config.get("policy") in ONLINE:
+            return config
+    raise UsageError(f"--from-runs: no online policy's run in {folder}")
+
+
+def _recorded(folder: Path, setting: Setting, exact: bool) -> Measured:
+    """A configuration's recorded generations in one category (or the calibration's), as measured."""
+    summary = read_summary(folder / f"{setting.name}.summary.json")
+    lines = read_trace(folder / f"{setting.name}.trace.jsonl")
+    pulls = Counter(f"{line['drafter']}:K{line['proposed']}" for line in lines if line.get("drafter"))
+    return Measured(summary, exact, [g["decode_ms"] for g in summary["per_prompt"]], dict(pulls))
 
 
 def _decode(dec, work, setting, args, control, refs, warmup, progress=None):
@@ -370,13 +463,21 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
             m, q = sum(phases.get(n, 0.0) for n in names), sum(row_phases.get(n, 0.0) for n in names)
             if m > 0 and q > 0:
                 scales[path] = m / q
-    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items()))
+    drafted = [
+        (_sim_config(s, p["K"]), None, read_trace(trace), m.summary, trace)
+        for s, m in runs.items()
+        if s.arm is not None
+        for trace in [folder / "traces" / "calibration" / f"{s.name}.trace.jsonl"]
+    ]
+    prefill = draft_prefill_edit(drafted, profile_path, p["placement"], p["graphs"])
+    edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items())) + prefill
     gaps = {"baseline": None, "speculative": None}
     for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
         chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
         gaps[kind] = _fitted_gap(chosen, folder, p, profile_path, edits)
     return {
         "scales": scales,
+        "prefill": prefill,
         "read_gap_ms": gaps,
         "speculative": edits + ((("host.read_gap_ms", "=", gaps["speculative"]),) if gaps["speculative"] else ()),
         "baseline": edits + ((("host.read_gap_ms", "=", gaps["baseline"]),) if gaps["baseline"] else ()),
@@ -612,9 +713,8 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dic
         acceptance = f"draft model under acceptance control {control.spec} (seed {control.seed})"
     if lookup_control is not None:
         acceptance += f"; prompt lookup under acceptance control {lookup_control.spec} per category"
-    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
-    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
     return {
+        **_calibration_meta(calibration),
         "weights": weights,
         "target": args.target,
         "draft": args.draft,
@@ -629,8 +729,17 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dic
         "warmup": args.warmup,
         "profile": args.profile,
         "calibration_prompt": prompt.id,
+        "command": args.command,
+    }
+
+
+def _calibration_meta(calibration: dict) -> dict:
+    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
+    scales += "".join(f", {described(edit)}" for edit in calibration["prefill"])
+    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
+    return {
         "calibration": f"{scales}; {gaps}",
         "calibration_scales": calibration["scales"],
+        "calibration_draft_prefill": [f"{path}{op}{value:g}" for path, op, value in calibration["prefill"]],
         "calibration_read_gap_ms": calibration["read_gap_ms"],
-        "command": args.command,
     }

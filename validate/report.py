@@ -294,7 +294,9 @@ def markdown(results: list[Result], meta: dict) -> str:
         "- **phases**: measured = the trace's per-round `phases_ms` summed (device phases are CUDA-event "
         "intervals, `sync` the host's read, `other` the rest of each round's wall time; overlapped phases on "
         "two GPUs can sum past the wall time); predicted = the simulator's busy time per phase. `initial` "
-        "(the draft's prefill) is predicted only; the decoder finishes it within TTFT.",
+        "(the draft's prefill): on one device the decoder issues it after the first token, so it is decode "
+        "time, measured as the first round's `other` beyond the median `other` of the generation's later "
+        "rounds (and taken out of `other`); on two devices it runs within TTFT.",
         "- **verify m/p, append m/p**: target verify and standalone append calls, measured / predicted "
         "(equal when the trace replays exactly).",
         "",
