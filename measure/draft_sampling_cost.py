@@ -2,13 +2,13 @@
 alone (model/draft_q.py), each with its draw (python -m measure.head_cost --temperature T adds these to
 every head).
 
-Under sampling a draft step scores its tokens, forms q (temperature, top-k / top-p, the normalization)
-and draws from it with the hash noise keyed at its position. Laid out over the vocabulary (what the
-decoder did before q went compact, and still does for the dense head) every step spends launches over
-all V entries; over the scored tokens only, over the N the head scored. Each timing is device time per
-call inside a CUDA graph with L2 evicted, as the decoder's graphed head step pays it. `same_tokens`: the
-share of CHECKED_DRAWS random states and positions on which both layouts draw the same token (1.0 is
-what model/draft_q.py promises).
+Under sampling a draft step scores its tokens, forms q (temperature, top-k / top-p, the normalization;
+model/draft_q_triton.py's kernels, as the decoder on a GPU) and draws from it with the hash noise keyed
+at its position. Laid out over the vocabulary (what the decoder did before q went compact, and still does
+for the dense head) every step spends launches over all V entries; over the scored tokens only, over the
+N the head scored. Each timing is device time per call inside a CUDA graph with L2 evicted, as the
+decoder's graphed head step pays it. `same_tokens`: the share of CHECKED_DRAWS random states and
+positions on which both layouts draw the same token (1.0 is what model/draft_q.py promises).
 """
 
 from __future__ import annotations
