@@ -19,9 +19,8 @@ from model.decoder import Decoder
 from model.draft_q_triton import DraftQ
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
-from model.loading import load_model
-from model.router import build_router
 from model.sampling import SamplingSettings
+from tests.sampling_fixtures import small_router, tiny_pair
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(
@@ -44,14 +43,6 @@ def _same(settings, logits, tokens, launch=None) -> torch.Tensor:
     return want
 
 
-def _router(weight, embedding):
-    g = torch.Generator().manual_seed(0)
-    n, d = 64, weight.shape[1]
-    samples = {"tokens": torch.randint(0, weight.shape[0], (n,), generator=g)}
-    samples["previous"], samples["hidden"] = torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
-    return build_router(weight.cpu(), embedding.cpu(), samples, 24, cap=200, iters=3, width=16, epochs=2)
-
-
 def _head(kind: str, generator):
     weight = torch.randn(2500, 32, generator=generator)
     if kind == "dense":
@@ -61,7 +52,7 @@ def _head(kind: str, generator):
     if kind == "shortlist":
         return ShortlistHead(weight.to(DEVICE), torch.randperm(2500, generator=generator)[:300].to(DEVICE))
     embedding = torch.randn(2500, 32, generator=generator)
-    router = _router(weight, embedding)
+    router = small_router(weight, embedding, clusters=24, cap=200)
     return RouterHead(weight.to(DEVICE), embedding.to(DEVICE), router, router.clusters // 3)
 
 
@@ -121,9 +112,7 @@ def test_a_row_of_one_token_and_bad_inputs():
 
 @pytest.fixture(scope="module")
 def pair():
-    target = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    draft = load_model("tiny-qwen3#layers=1", "cpu", seed=1, max_seq_len=48).model
-    return target, draft
+    return tiny_pair()
 
 
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="the decoder comparison runs both backends on the CPU")
@@ -136,7 +125,7 @@ def test_decoder_generations_equal_the_torch_q(pair):
         "dense": DenseHead(weight),
         "flashhead:6,3": PositionalHead([FlashHead(weight, clustering, probes=p) for p in (6, 3)]),
         "shortlist": ShortlistHead(weight, torch.randperm(512, generator=torch.Generator().manual_seed(0))[:256]),
-        "router": RouterHead(weight, draft.embed_tokens.weight, _router(weight, draft.embed_tokens.weight), 8),
+        "router": RouterHead(weight, draft.embed_tokens.weight, small_router(weight, draft.embed_tokens.weight), 8),
     }
     settings = SamplingSettings(temperature=0.8, top_k=60, top_p=0.9, seed=2)
     for name, head in heads.items():
