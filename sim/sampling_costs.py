@@ -72,7 +72,7 @@ def sampled_costs(costs: Costs, sampling: dict | None, regime: str, where: str, 
 
 
 def _sampled_head_table(greedy: HeadCosts, measured: dict, regime: str, notes: list) -> HeadCosts:
-    """The head kinds' costs under sampling, by `sampled_head_source`'s order: the kinds timed sampled per
+    """The head kinds' costs under sampling, in `sampled_head_cost_path`'s order: the kinds timed sampled per
     budget, then (dense, FlashHead) the regime's sampled heads, then the heads section's greedy rows."""
     kinds = {kind: rows for kind, rows in greedy.kinds.items() if kind not in LEGACY}
     kinds.update(measured)
