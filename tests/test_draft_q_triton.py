@@ -61,15 +61,27 @@ def test_every_head_kinds_q_bit_for_bit(kind):
     generator = torch.Generator().manual_seed(len(kind))
     head = _head(kind, generator)
     fed = torch.tensor([[5]], device=DEVICE)
-    spread = 0
+    spread = last_bits = 0
     for settings in SETTINGS:
+        other = _other_temperature_arithmetic(settings)
         for _ in range(2):
             hidden = (torch.randn(1, 32, generator=generator) * 0.4).to(DEVICE)
             tokens, logits = head.scored_logits(hidden, fed)
             q = _same(settings, logits, tokens)
             assert abs(float(q.sum()) - 1) < 1e-5
             spread += int((q > 0).sum()) > 5
+            last_bits += settings.top_p == 1 and not torch.equal(other(logits, tokens), q)
     assert spread >= 6  # most rows spread their mass: the transform's every step matters
+    assert last_bits >= 3  # the control: the other device's temperature arithmetic differs in last bits
+
+
+def _other_temperature_arithmetic(settings) -> DraftQ:
+    """A wrong q for the control: the temperature applied as the other device's torch does it."""
+    other = DraftQ(DEVICE, settings, backend="triton")
+    other.reciprocal = not other.reciprocal
+    divisor = torch.tensor([settings.temperature], dtype=torch.float32, device=DEVICE)
+    other.scale = 1 / divisor if other.reciprocal else divisor
+    return other
 
 
 def _tied_rows(generator, rows: int = 2, width: int = 700, vocab: int = 5000):
