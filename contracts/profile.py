@@ -205,6 +205,9 @@ def _fraction(value) -> bool:
 # decision as the decoder makes it greedily and under sampling (tables over n_tokens = K + 1 and any tree
 # widths), and the draft's heads under sampling (q and its draw; dense a timing, FlashHead a table over probes).
 SAMPLING_COSTS = ("verify_greedy_ms", "verify_sampled_ms", "head_dense_ms", "head_flashhead_ms")
+# With --heads as well: every head kind of --heads (and the dense head) under sampling, per budget as the
+# draft step pays it, in the rows of the heads section's `cost.kinds` (optional: older profiles lack it).
+SAMPLED_HEAD_KINDS = "head_kinds_ms"
 
 
 def check_sampling(sampling, source: str) -> None:
@@ -213,7 +216,7 @@ def check_sampling(sampling, source: str) -> None:
     for the dense draft head (`dense.beta`) and FlashHead per probe count (`flashhead.probes` /
     `.beta`), with the number of states `n` each is a mean over, and the `weights` (`real` or
     `synthetic`) it was measured on. `costs`: the sampling settings they were timed at and, per regime,
-    every cost of SAMPLING_COSTS."""
+    every cost of SAMPLING_COSTS, and optionally SAMPLED_HEAD_KINDS."""
     where = f"{source}: sampling"
     if not isinstance(sampling, dict) or not ({"beta", "costs"} & set(sampling)):
         raise UsageError(
@@ -303,13 +306,7 @@ def check_heads(heads, source: str) -> None:
         if not isinstance(part, dict) or part.get("weights") not in WEIGHTS or not isinstance(part.get("source"), str):
             raise UsageError(f"{where}: each part needs 'weights' (one of {', '.join(WEIGHTS)}) and a 'source' string")
     if "cost" in heads:
-        kinds = heads["cost"].get("kinds")
-        if not isinstance(kinds, dict) or not kinds:
-            raise UsageError(f"{where}.cost needs a non-empty object 'kinds'")
-        for kind, rows in kinds.items():
-            _check_budget_rows(kind, rows, f"{where}.cost.kinds.{kind}", "median_ms", with_dense=True)
-            for i, row in enumerate(rows):
-                cost_grid(row, f"{where}.cost.kinds.{kind}[{i}]")
+        _check_cost_kinds(heads["cost"].get("kinds"), f"{where}.cost.kinds")
     if "agreement" in heads:
         agreement = heads["agreement"]
         curves, pooled = agreement.get("curves", {}), agreement.get("pooled", {})
@@ -319,6 +316,16 @@ def check_heads(heads, source: str) -> None:
             _check_budget_rows(kind, rows, f"{where}.agreement.pooled.{kind}", "agree", with_dense=False)
         for label, positions in curves.items():
             _check_curve(label, positions, f"{where}.agreement.curves.{label}")
+
+
+def _check_cost_kinds(kinds, where: str) -> None:
+    """Head kind -> its cost rows in increasing budget (the dense head: one row, no budget)."""
+    if not isinstance(kinds, dict) or not kinds:
+        raise UsageError(f"{where}: expected a non-empty object of head kinds")
+    for kind, rows in kinds.items():
+        _check_budget_rows(kind, rows, f"{where}.{kind}", "median_ms", with_dense=True)
+        for i, row in enumerate(rows):
+            cost_grid(row, f"{where}.{kind}[{i}]")
 
 
 def _check_budget_rows(kind, rows, where: str, value: str, with_dense: bool) -> None:
@@ -388,6 +395,8 @@ def _check_sampling_costs(costs, where: str) -> None:
             if not isinstance(regime, dict) or cost not in regime:
                 raise UsageError(f"{where}.regimes.{name}.{cost}: missing cost")
             cost_grid(regime[cost], f"{where}.regimes.{name}.{cost}")
+        if SAMPLED_HEAD_KINDS in regime:
+            _check_cost_kinds(regime[SAMPLED_HEAD_KINDS], f"{where}.regimes.{name}.{SAMPLED_HEAD_KINDS}")
 
 
 def read_profile(path: str | Path) -> dict:

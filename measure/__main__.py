@@ -59,7 +59,11 @@ def _parser(overrides_only: bool) -> OneLineParser:
         "the largest",
     )
     add("--lookup-ngram", type=int, help="prompt lookup's max_matching_ngram_size for its timing (default 2)")
-    add("--heads", help="also time these head specs into the profile's heads section (e.g. shortlist:8192+router:128)")
+    add(
+        "--heads",
+        help="also time these head specs into the profile's heads section (e.g. shortlist:8192+router:128); with "
+        "--temperature, their sampled step too (sampling.costs.regimes.R.head_kinds_ms)",
+    )
     add("--head-assets", help="the shortlist/router assets of --heads (python -m model.build_head)")
     if not overrides_only:
         add("--add-to", help="with --placement tpN: the profile (with the draft's costs) that the section is added to")

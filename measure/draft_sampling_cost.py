@@ -2,13 +2,13 @@
 alone (model/draft_q.py), each with its draw (python -m measure.head_cost --temperature T adds these to
 every head).
 
-Under sampling a draft step scores its tokens, forms q (temperature, top-k / top-p, the normalization)
-and draws from it with the hash noise keyed at its position. Laid out over the vocabulary (what the
-decoder did before q went compact, and still does for the dense head) every step spends launches over
-all V entries; over the scored tokens only, over the N the head scored. Each timing is device time per
-call inside a CUDA graph with L2 evicted, as the decoder's graphed head step pays it. `same_tokens`: the
-share of CHECKED_DRAWS random states and positions on which both layouts draw the same token (1.0 is
-what model/draft_q.py promises).
+Under sampling a draft step scores its tokens, forms q (temperature, top-k / top-p, the normalization;
+model/draft_q_triton.py's kernels, as the decoder on a GPU) and draws from it with the hash noise keyed
+at its position. Laid out over the vocabulary (what the decoder did before q went compact, and still does
+for the dense head) every step spends launches over all V entries; over the scored tokens only, over the
+N the head scored. Each timing is device time per call inside a CUDA graph with L2 evicted, as the
+decoder's graphed head step pays it. `same_tokens`: the share of CHECKED_DRAWS random states and
+positions on which both layouts draw the same token (1.0 is what model/draft_q.py promises).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from model import draft_q, sampling
+from model.draft_q_triton import DraftQ
 from model.sampling import SamplingSettings
 from model.sampling_noise import SamplingNoise
 
@@ -33,15 +34,16 @@ def sampled_rows(head, states: list[tuple], settings: SamplingSettings, device: 
     position = torch.tensor([300], device=device)
     fed = torch.tensor([[5]], device=device)  # the token the body was fed (the router reads it)
     noise = SamplingNoise(device, vocab, backend="triton")
+    q_of = DraftQ(device, settings, backend="triton")  # the decoder's q on a GPU (model/draft_q_triton.py)
 
     def vocabulary_draw(hidden):
         ids, logits = head.scored_logits(hidden, fed)
         logits = logits if ids is None else draft_q.dense_layout(ids, logits, vocab, float("-inf"))
-        return noise.draw(draft_q.probabilities(logits, settings), seed, position)
+        return noise.draw(q_of(logits), seed, position)
 
     def scored_q(hidden):
         ids, logits = head.scored_logits(hidden, fed)
-        return draft_q.probabilities(logits, settings, ids), ids
+        return q_of(logits, ids), ids
 
     def scored_draw(hidden):
         q, ids = scored_q(hidden)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from contracts.files import write_atomic
-from contracts.profile import PROFILE_SCHEMA, write_profile
+from contracts.profile import PROFILE_SCHEMA, SAMPLED_HEAD_KINDS, write_profile
 
 
 def environment(devices: list[torch.device]) -> dict:
@@ -144,9 +144,12 @@ def markdown(profile: dict, floors: dict, command: str) -> str:
             "|---|---|---|---|",
         ]
         for regime, costs in sampled["regimes"].items():
-            for name, cost in costs.items():
-                for point in cost.get("points", [cost]):
-                    where = ", ".join(f"{k}={v}" for k, v in point.items() if k in ("n_tokens", "probes"))
+            kinds = costs.get(SAMPLED_HEAD_KINDS, {})
+            named = [(name, cost.get("points", [cost])) for name, cost in costs.items() if name != SAMPLED_HEAD_KINDS]
+            named += [(f"{SAMPLED_HEAD_KINDS}.{kind}", rows) for kind, rows in kinds.items()]
+            for name, points in named:
+                for point in points:
+                    where = ", ".join(f"{k}={v}" for k, v in point.items() if k in ("n_tokens", "probes", "budget"))
                     lines.append(f"| {regime} | sampling.{name} | {where} | {_ms(point)} |")
         lines.append("")
     agreement = profile["flashhead"].get("agreement")

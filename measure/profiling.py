@@ -36,7 +36,7 @@ from .benchmarks import (
     target_costs,
     verify_widths,
 )
-from .head_profile import head_cost_section, head_points
+from .head_profile import budget_heads, head_cost_section, head_points
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + len(contexts) * (1 if settings.early_exit_layers is None else 2)
             + (settings.early_exit_layers is not None)
             + head_points(settings.heads)
-            + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)) + 1 + len(probes))
+            + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)))
+            + (0 if sampling.greedy else 1 + len(probes) + head_points(settings.heads))
         )
         + 2
     )
@@ -186,6 +187,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         )
         host = host_costs(bench)
         costs, sampled = {}, {}
+        heads = budget_heads(pair, settings.heads) if settings.heads else None
         for regime in regimes:
             graphs = regime == "on"
             costs["graphs" if graphs else "eager"] = {
@@ -193,10 +195,10 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
                 "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
             }
             if not sampling.greedy:
-                sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling)
+                sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling, heads)
         if settings.heads:  # in the profile's first regime: graphs where it has them
             weights = pair.draft.info["weights"]
-            heads_section = {"cost": head_cost_section(bench, pair, settings.heads, "on" in regimes, weights)}
+            heads_section = {"cost": head_cost_section(bench, heads, "on" in regimes, weights)}
         host["round_bookkeeping_ms"], host["read_gap_ms"] = round_host_costs(bench, prompts[0])
         progress.update()
         states = draft_hidden_states(pair.draft, prompts, draft_device, settings.agreement_max_len)

@@ -7,6 +7,9 @@ on a GPU, the torch reference elsewhere and for the baseline's K = 0); the draft
 draws from it. The simulator charges the sampled verify less the greedy one on top of the target
 forward, and the sampled heads in place of the greedy ones.
 
+With --heads, every head kind given (shortlist, router, ...) is timed the same way at each budget
+(SAMPLED_HEAD_KINDS), so that the simulator charges a sampled run of that head what its draft step pays.
+
 Both verifies run the decoder's own code: its target pick (graph-captured with graphs on, as inside
 the target step), then the settle's decision eagerly (as `Decoder.settle` runs it). Inputs are
 SYNTHETIC (random hidden states and draft distributions): these costs do not depend on the values.
@@ -19,22 +22,26 @@ from types import SimpleNamespace
 
 import torch
 
+from contracts.profile import SAMPLED_HEAD_KINDS
 from model.decoder import Decoder
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.sampling import SamplingSettings, verify_block_reference
 
 from .benchmarks import Bench, verify_widths
+from .head_profile import cost_kinds
 from .verify_speed import greedy_settle
 
 VARIANTS = 4  # inputs rotated through the timed calls
 
 
-def sampling_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> dict:
-    """Every cost of SAMPLING_COSTS in one regime."""
+def sampling_costs(b: Bench, graphs: bool, settings: SamplingSettings, heads: list | None = None) -> dict:
+    """Every cost of SAMPLING_COSTS in one regime; given `heads` ((kind, head) per budget, from
+    head_profile.budget_heads), SAMPLED_HEAD_KINDS too."""
     verify_greedy, verify_sampled = _verify_costs(b, graphs, settings)
-    heads = _head_costs(b, graphs, settings)
-    return {"verify_greedy_ms": verify_greedy, "verify_sampled_ms": verify_sampled, **heads}
+    costs = {"verify_greedy_ms": verify_greedy, "verify_sampled_ms": verify_sampled}
+    costs.update(_head_costs(b, graphs, settings, heads))
+    return costs
 
 
 def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[dict, dict]:
@@ -80,8 +87,9 @@ def _no_tokens() -> torch.Tensor:
     return torch.zeros(0, dtype=torch.long)
 
 
-def _head_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> dict:
-    """The draft's heads under sampling, as the decoder's draft step runs them (its head function)."""
+def _head_costs(b: Bench, graphs: bool, settings: SamplingSettings, heads: list | None) -> dict:
+    """The draft's heads under sampling, as the decoder's draft step runs them (its head function): the
+    dense head and FlashHead per probe count, and every head of `heads` per budget."""
     model, device = b.draft.model, b.draft_device
     decoder = Decoder(model, K=1, graphs=False, fixed_width=False, sampling=settings)
     hidden_size = model.config.hidden_size
@@ -104,7 +112,10 @@ def _head_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> dict:
     for p in b.probes:
         flash.append({"probes": p, **timed(FlashHead(model.head_weight, b.clustering, probes=p))})
         b.tick(f"sampled FlashHead p={p}")
-    return {"head_dense_ms": dense, "head_flashhead_ms": {"points": flash}}
+    costs = {"head_dense_ms": dense, "head_flashhead_ms": {"points": flash}}
+    if heads:
+        costs[SAMPLED_HEAD_KINDS] = cost_kinds(b, heads, timed, "sampled draft head")
+    return costs
 
 
 def section(costs: dict, settings: SamplingSettings) -> dict:

@@ -29,7 +29,8 @@ from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
 from contracts.trees import CHAIN, TreeShape
-from model import draft_q, sampling, schedules
+from model import sampling, schedules
+from model.draft_q_triton import DraftQ
 from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
@@ -413,6 +414,8 @@ class Decoder:
         # the random numbers and the draft's race (model/sampling_noise.py: a few kernels on a GPU)
         self.noise_on_target = SamplingNoise(self.target_device, self.vocab_size)
         self.noise_on_draft = SamplingNoise(self.draft_device, self.vocab_size)
+        # the draft's q (model/draft_q_triton.py: three launches on a GPU)
+        self.draft_q = None if sampling.greedy else DraftQ(self.draft_device, sampling)
         self.eos_id = eos_id if stop_at_eos else None
         self.events = events
         self.tensor_parallel = tensor_parallel
@@ -487,13 +490,14 @@ class Decoder:
         """The proposal for position `pos` by `head` (`fed` [1, 1]: the last token the body was fed
         this step, which the router head reads): its argmax (greedy), or (token [1], q [1, N], the
         token ids [1, N] of q's slots or None where N is the vocabulary) with the token drawn from q by
-        the race on the draft noise keyed at `pos` (sampling; model/draft_q.py). `slot`: the draft
-        position whose rate a per-position acceptance control applies."""
+        the race on the draft noise keyed at `pos` (sampling; model/draft_q.py, on a GPU its kernels in
+        model/draft_q_triton.py). `slot`: the draft position whose rate a per-position acceptance
+        control applies."""
         if self.sampling.greedy:
             token = head.argmax(hidden, fed)
             return token if self.control is None else self.control.propose(token, pos, slot)
         scored, logits = head.scored_logits(hidden, fed)
-        q = draft_q.probabilities(logits, self.sampling, scored)
+        q = self.draft_q(logits, scored)
         return self.noise_on_draft.draw(q, self.seed_on_draft, pos, scored), q, scored
 
     def _capture(self) -> None:

@@ -16,6 +16,9 @@ for a token must not depend on where the token sits or on how many zeros sit bes
 
 The draw (`model/sampling_noise.py`) keys each token's noise by its real token id and breaks ties by
 the lowest token id, so drawing from the compact q is drawing from the full one.
+
+`probabilities` is the reference and the CPU decoder's path; on a GPU the decoder forms the same q, bit
+for bit, in three launches (model/draft_q_triton.py).
 """
 
 from __future__ import annotations

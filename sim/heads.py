@@ -60,10 +60,12 @@ def _between(xs: list[float], ys: list[float], x: float) -> float | None:
 
 
 class HeadCosts:
-    """The section's head costs per kind: `at(spec, probes, position)` in ms (device, host)."""
+    """The section's head costs per kind: `at(spec, probes, position)` in ms (device, host). `measured_by`:
+    the commands that time more (named when a head cannot be costed)."""
 
-    def __init__(self, section: dict | None):
+    def __init__(self, section: dict | None, measured_by: str = MEASURE_COSTS):
         self.kinds = (section or {}).get("cost", {}).get("kinds", {})
+        self.measured_by = measured_by
 
     def covers(self, label: str) -> bool:
         return parse_head(label).kind in self.kinds
@@ -77,7 +79,7 @@ class HeadCosts:
             have = ", ".join(self.kinds) or "none"
             raise UsageError(
                 f"head {label!r}: the profile has no cost for {spec.kind} heads (costed kinds: {have}); "
-                f"{MEASURE_COSTS} adds them"
+                f"{self.measured_by} adds them"
             )
         for budget in _budgets(spec, probes):
             self._row_ms(spec, budget)
@@ -95,7 +97,7 @@ class HeadCosts:
         if device is None:
             raise UsageError(
                 f"head {spec.label!r}: budget {budget} is outside the {xs[0]}..{xs[-1]} the profile costs for "
-                f"{spec.kind} heads; {MEASURE_COSTS} measures it"
+                f"{spec.kind} heads; {self.measured_by} measures it"
             )
         return device, _between(xs, [row.get("host_ms", 0.0) for row in rows], budget)
 

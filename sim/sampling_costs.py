@@ -1,6 +1,9 @@
 """The costs of a regime as speculative sampling pays them (the profile's `sampling.costs`, from
 `python -m measure --temperature T`): every target forward costs what sampling adds to the verify's
-decision on top of the greedy forward, and the draft's heads cost their sampled form (q and its draw).
+decision on top of the greedy forward, and the draft's heads cost their sampled form (q and its draw):
+a head kind timed sampled per budget (`--heads` as well) from those rows; else the dense head and
+FlashHead from the regime's sampled ones, and the other kinds from the heads section's greedy rows,
+which the notes then warn of.
 
 Why a separate view: the profile's target forward and heads are timed greedily; the sampling costs sit
 in their own optional section, so a greedy simulation never reads them and old profiles stay valid.
@@ -12,8 +15,13 @@ import copy
 from dataclasses import dataclass
 
 from contracts import UsageError
+from contracts.heads import parse_head
+from contracts.profile import SAMPLED_HEAD_KINDS
 
 from .costs import Cost, Costs
+from .heads import LEGACY, HeadCosts
+
+MEASURE_SAMPLED_HEADS = "python -m measure --temperature T --heads SPECS"
 
 
 @dataclass(frozen=True)
@@ -59,12 +67,32 @@ def sampled_costs(
     sampled.verify = SampledForward(costs.verify, parsed["verify_greedy_ms"], parsed["verify_sampled_ms"])
     if heads:
         sampled.head_dense, sampled.head_flashhead = parsed["head_dense_ms"], parsed["head_flashhead_ms"]
+        sampled.head_table = _sampled_head_table(costs.head_table, section.get(SAMPLED_HEAD_KINDS, {}), regime, notes)
     notes.append(
         f"sampling costs: the verify{' and the draft heads' if heads else ''} as timed at temperature "
         f"{timed['temperature']:g}, top-k {timed['top_k'] or 'off'}, top-p {timed['top_p']:g} (the profile's "
         "sampling.costs)" + ("" if heads else "; the tree's draft heads as greedy (they rank, nothing is drawn)")
     )
     return sampled
+
+
+def _sampled_head_table(greedy: HeadCosts, measured: dict, regime: str, notes: list) -> HeadCosts:
+    """The head kinds' costs under sampling, in `sampled_head_cost_path`'s order: the kinds timed sampled per
+    budget, then (dense, FlashHead) the regime's sampled heads, then the heads section's greedy rows."""
+    kinds = {kind: rows for kind, rows in greedy.kinds.items() if kind not in LEGACY}
+    kinds.update(measured)
+    if measured:
+        notes.append(
+            f"sampled draft heads: {', '.join(measured)} per budget as timed under sampling "
+            f"(sampling.costs.regimes.{regime}.{SAMPLED_HEAD_KINDS})"
+        )
+    greedy_only = [kind for kind in kinds if kind not in measured]
+    if greedy_only:
+        notes.append(
+            f"warning: {', '.join(greedy_only)} heads are charged the heads section's greedy costs under sampling "
+            f"(the profile did not time them sampled: {MEASURE_SAMPLED_HEADS})"
+        )
+    return HeadCosts({"cost": {"kinds": kinds}}, MEASURE_SAMPLED_HEADS)
 
 
 def sampled_profile(profile, regime: str, notes: list, heads: bool = True):
@@ -79,9 +107,17 @@ def sampled_profile(profile, regime: str, notes: list, heads: bool = True):
 
 
 def sampled_head_cost_path(raw: dict, regime: str, head: str, heads: bool = True) -> str:
-    """The profile path (a what-if key) of the draft head's cost as a sampled run pays it: its sampled
-    form where the profile timed it and the draft samples (`heads`, as in `sampled_costs`), else the
-    greedy head's."""
-    name = "head_dense_ms" if head == "dense" else "head_flashhead_ms"
-    measured = ((raw.get("sampling") or {}).get("costs") or {}).get("regimes", {})
-    return f"sampling.costs.regimes.{regime}.{name}" if heads and regime in measured else f"draft.{name}"
+    """The profile path (a what-if key) whose timings cost the draft head `head` in a sampled run, first
+    found: its kind's rows timed under sampling, the regime's sampled dense or FlashHead head, the heads
+    section's greedy rows of its kind, the regime's greedy head (a calibration scales the one charged).
+    `heads` False (a tree's draft ranks, nothing is drawn, as in `sampled_costs`): the greedy paths only."""
+    kind = parse_head(head).kind
+    measured = ((raw.get("sampling") or {}).get("costs") or {}).get("regimes", {}).get(regime)
+    if heads and measured is not None:
+        if kind in measured.get(SAMPLED_HEAD_KINDS, {}):  # every kind's rows (a configuration runs one kind)
+            return f"sampling.costs.regimes.{regime}.{SAMPLED_HEAD_KINDS}"
+        if kind in LEGACY:
+            return f"sampling.costs.regimes.{regime}.head_{kind}_ms"
+    if kind in ((raw.get("heads") or {}).get("cost") or {}).get("kinds", {}):
+        return "heads.cost"
+    return f"draft.head_{kind}_ms"

@@ -334,6 +334,8 @@ def resolve(s: Scenario) -> Resolved:
     profile.costs[regime].check_drafters(s.drafters)
     if s.temperature > 0 or (traced and source.sampled):
         profile = sampled_profile(profile, regime, notes, heads=drafts_sample(tree))
+        for head in heads:  # each head as sampling pays it (sim/sampling_costs.py)
+            profile.costs[regime].head_table.check(head, probes)
     return Resolved(profile, regime, sources, generations, configs, notes)
 
 

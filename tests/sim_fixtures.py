@@ -136,3 +136,31 @@ def tiny_heads_profile(**agreement):
         },
     }
     return profile
+
+
+VERIFY_EXTRA_MS = 3.0  # what sampling adds to every target forward's decision in sampled_costs_profile
+SAMPLED_DENSE_HEAD_MS = 4.0  # the greedy dense head costs 1 ms in tiny_profile
+
+
+def sampled_costs_profile(placement="one-gpu", profile: dict | None = None) -> dict:
+    """tiny_profile (or `profile`) with sampling costs: the sampled verify 3 ms over the greedy one at every
+    n_tokens, the dense head 4 ms and FlashHead 2 ms under sampling; no beta curves."""
+    profile = tiny_profile(placement) if profile is None else profile
+    profile["sampling"] = {
+        "costs": {
+            "temperature": 0.7,
+            "top_k": 0,
+            "top_p": 1.0,
+            "regimes": {
+                "eager": {
+                    "verify_greedy_ms": {"points": [dict(timing(0.5), n_tokens=n) for n in (1, 2, 3)]},
+                    "verify_sampled_ms": {
+                        "points": [dict(timing(0.5 + VERIFY_EXTRA_MS), n_tokens=n) for n in (1, 2, 3)]
+                    },
+                    "head_dense_ms": timing(SAMPLED_DENSE_HEAD_MS),
+                    "head_flashhead_ms": {"points": [dict(timing(2.0), probes=p) for p in (1, 4, 64)]},
+                }
+            },
+        }
+    }
+    return profile

@@ -20,7 +20,14 @@ if str(ROOT) not in sys.path:
 from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
 from model.router import split_clusters  # noqa: E402
-from tests.sim_fixtures import tensor_parallel_section, tiny_heads_profile, tiny_profile, trace_lines  # noqa: E402
+from tests.sim_fixtures import (  # noqa: E402
+    sampled_costs_profile,
+    tensor_parallel_section,
+    timing,
+    tiny_heads_profile,
+    tiny_profile,
+    trace_lines,
+)
 from tests.test_sim_trees import tree_profile  # noqa: E402
 
 TINY = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
@@ -76,6 +83,13 @@ def make_files(folder: Path) -> dict[str, Path]:
     put("trees_profile.json", json.dumps(tree_profile()))
     with_tp2["tensor_parallel"]["tp2"]["ranks"] = 3
     put("bad_tp2_profile.json", json.dumps(with_tp2))
+    sampled_heads = sampled_costs_profile(profile=dict(tiny_profile("cpu"), heads=tiny_heads_profile()["heads"]))
+    sampled_heads["sampling"]["costs"]["regimes"]["eager"]["head_kinds_ms"] = {
+        "shortlist": [dict(timing(0.7), budget=100), dict(timing(0.9), budget=300)]
+    }
+    put("cpu_sampled_heads_profile.json", json.dumps(sampled_heads))
+    sampled_heads["sampling"]["costs"]["regimes"]["eager"]["head_kinds_ms"]["shortlist"].reverse()
+    put("bad_sampled_heads_profile.json", json.dumps(sampled_heads))
     (folder / "runs" / "traces").mkdir(parents=True)
     (folder / "runs" / "traces" / "x.summary.json").write_text("{}")
     files["runs"] = folder / "runs"
@@ -127,6 +141,11 @@ CASES = [
         "sim",
         ["--profile", "{heads_profile.json}", "--head", "shortlist:100", "--what-if", "temperature=0.7"],
         "sampling is modeled for the heads dense and flashhead only",
+    ),
+    (
+        "sim",
+        ["--profile", "{bad_sampled_heads_profile.json}"],
+        "sampling.costs.regimes.eager.head_kinds_ms.shortlist: budgets must be increasing",
     ),
     ("sim", ["--what-if", "placement=tp2"], "the profile has no tensor_parallel.tp2 costs (measured: none)"),
     ("sim", ["--profile", "{tp2_profile.json}", "--placement", "tp4"], "no tensor_parallel.tp4 costs (measured: tp2)"),
@@ -327,6 +346,12 @@ CASES = [
         "validate",
         [*VALIDATE, "--profile", "{cpu_profile.json}", "--temperature", "0.7"],
         "has no sampling costs for the eager regime",
+    ),
+    (
+        "validate",
+        [*VALIDATE, "--profile", "{cpu_sampled_heads_profile.json}", "--heads", "shortlist:400"]
+        + ["--head-assets", "{heads}", "--temperature", "0.7"],
+        "budget 400 is outside the 100..300 the profile costs for shortlist heads; python -m measure --temperature",
     ),
     ("validate", [*VALIDATE, "--peers", "--temperature", "0.7"], "--peers compares greedy generation"),
     # validate --trees (validate/trees.py)

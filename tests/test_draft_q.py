@@ -13,9 +13,9 @@ from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
 from model.loading import load_model
-from model.router import build_router
 from model.sampling import SamplingSettings
 from model.sampling_noise import SamplingNoise
+from tests.sampling_fixtures import small_router, tiny_pair
 from tests.sync_watch import decode_watching_syncs
 
 SETTINGS = (
@@ -105,18 +105,11 @@ class KeyedBySlot:
 
 @pytest.fixture(scope="module")
 def pair():
-    target = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    draft = load_model("tiny-qwen3#layers=1", "cpu", seed=1, max_seq_len=48).model
-    return target, draft
+    return tiny_pair()
 
 
 def _router(draft):
-    g = torch.Generator().manual_seed(0)
-    weight, n = draft.head_weight, 64
-    d = weight.shape[1]
-    samples = {"tokens": torch.randint(0, weight.shape[0], (n,), generator=g)}
-    samples["previous"], samples["hidden"] = torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
-    return build_router(weight, draft.embed_tokens.weight, samples, 12, cap=80, iters=3, width=16, epochs=2)
+    return small_router(draft.head_weight, draft.embed_tokens.weight)
 
 
 def _heads(draft) -> dict:

@@ -23,6 +23,7 @@ from model.router import build_router
 from model.sampling import SamplingSettings
 from model.trace import summarize, trace_lines
 from sim.trace import rounds_by_prompt
+from tests.sampling_fixtures import tiny_pair
 from tests.sampling_stats import ALPHA, g_test
 
 SETTINGS = SamplingSettings(temperature=1.0, top_k=2, seed=11)
@@ -34,9 +35,7 @@ SPECULATIVE = ("ordinary", "pipelined", "deferred", "pipelined-deferred")
 
 @pytest.fixture(scope="module")
 def pair():
-    target = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    draft = load_model("tiny-qwen3#layers=1", "cpu", seed=1, max_seq_len=48).model
-    return target, draft
+    return tiny_pair()
 
 
 @pytest.fixture(scope="module")

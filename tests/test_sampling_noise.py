@@ -17,8 +17,8 @@ from model import sampling, sampling_noise, triton_support
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, ShortlistHead
-from model.loading import load_model
 from model.sampling import SamplingSettings
+from tests.sampling_fixtures import tiny_pair
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(
@@ -134,9 +134,7 @@ def test_backend_choice_and_bad_inputs():
 
 @pytest.fixture(scope="module")
 def pair():
-    target = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    draft = load_model("tiny-qwen3#layers=1", "cpu", seed=1, max_seq_len=48).model
-    return target, draft
+    return tiny_pair()
 
 
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="the decoder comparison runs both backends on the CPU")

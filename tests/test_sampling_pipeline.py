@@ -11,34 +11,14 @@ import pytest
 from contracts import UsageError
 from contracts.profile import check_profile
 from sim.scenario import Scenario, run
-from tests.sim_fixtures import timing, tiny_profile, trace_lines, write
-
-VERIFY_EXTRA_MS = 3.0  # what sampling adds to every target forward's decision in sampled_costs_profile
-SAMPLED_DENSE_HEAD_MS = 4.0  # the greedy dense head costs 1 ms in tiny_profile
-
-
-def sampled_costs_profile(placement="one-gpu") -> dict:
-    """tiny_profile with sampling costs: the sampled verify 3 ms over the greedy one at every n_tokens,
-    the dense head 4 ms and FlashHead 2 ms under sampling; no beta curves."""
-    profile = tiny_profile(placement)
-    profile["sampling"] = {
-        "costs": {
-            "temperature": 0.7,
-            "top_k": 0,
-            "top_p": 1.0,
-            "regimes": {
-                "eager": {
-                    "verify_greedy_ms": {"points": [dict(timing(0.5), n_tokens=n) for n in (1, 2, 3)]},
-                    "verify_sampled_ms": {
-                        "points": [dict(timing(0.5 + VERIFY_EXTRA_MS), n_tokens=n) for n in (1, 2, 3)]
-                    },
-                    "head_dense_ms": timing(SAMPLED_DENSE_HEAD_MS),
-                    "head_flashhead_ms": {"points": [dict(timing(2.0), probes=p) for p in (1, 4, 64)]},
-                }
-            },
-        }
-    }
-    return profile
+from tests.sim_fixtures import (
+    SAMPLED_DENSE_HEAD_MS,
+    VERIFY_EXTRA_MS,
+    sampled_costs_profile,
+    tiny_profile,
+    trace_lines,
+    write,
+)
 
 
 def test_sampling_costs_are_checked_and_old_sections_stay_valid():
@@ -145,3 +125,35 @@ def test_validate_runs_under_sampling_and_predicts_with_the_sampling_costs(tmp_p
         as_greedy, _ = predict(bare, trace, lines, config, None, "cpu", False)
         forwards = charged["verify_calls"] + charged["append_calls"]
         assert charged["decode_ms"] - as_greedy["decode_ms"] >= VERIFY_EXTRA_MS * forwards - 1e-9
+
+
+def test_measure_times_each_head_kind_sampled_per_budget_and_the_simulator_charges_it(tmp_path):
+    """python -m measure --temperature T --heads SPECS on tiny models (CPU): every kind of --heads and the
+    dense head get sampled rows per budget, and a sampled trace of the head is charged from them."""
+    import torch
+
+    from measure.__main__ import main as measure_main
+    from model.head_assets import Shortlist, save_shortlist
+
+    assets = tmp_path / "assets"  # a shortlist of the tiny presets' 512 tokens
+    save_shortlist(Shortlist(torch.arange(512), torch.zeros(512, dtype=torch.long)), assets)
+    profile_path = tmp_path / "profile.json"
+    argv = [
+        *("--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--contexts", "16"),
+        *("--prompt-lengths", "8", "--K-max", "2", "--reps", "2", "--warmup", "0", "--probes", "1,4"),
+        *("--prompts", "per-category:1", "--agreement-max-len", "16", "--temperature", "0.7"),
+        *("--heads", "shortlist:64,32", "--head-assets", str(assets), "--out", str(profile_path)),
+    ]
+    assert measure_main(argv) == 0
+    kinds = json.loads(profile_path.read_text())["sampling"]["costs"]["regimes"]["eager"]["head_kinds_ms"]
+    assert [row["budget"] for row in kinds["shortlist"]] == [32, 64] and [r["budget"] for r in kinds["dense"]] == [None]
+    assert all(row["median_ms"] > 0 for rows in kinds.values() for row in rows)
+    lines = [dict(line, head="shortlist:64", sample=0) for line in trace_lines([2, 0, 1])]
+    (trace_path,) = write(tmp_path, lines=lines)
+    scenario = Scenario(
+        profile=str(profile_path), acceptance=f"trace:{trace_path}", schedules=("ordinary",), heads=("shortlist:64",)
+    )
+    rows, resolved = run(scenario, ceiling=False)
+    assert any("sampled draft heads: dense, shortlist per budget" in note for note in resolved.notes)
+    steps = rows[-1]["draft_steps"]
+    assert rows[-1]["phase_ms"]["draft_head"] == pytest.approx(kinds["shortlist"][1]["median_ms"] * steps)

@@ -7,6 +7,7 @@ from contracts.heads import check_assets, parse_heads
 from contracts.names import REGIME_OF_GRAPHS_FLAG
 from sim.heads import is_budgeted
 from sim.profile import load_profile
+from sim.sampling_costs import sampled_profile
 
 __all__ = ["check_profile_heads", "head_cost_path", "is_budgeted", "validated_heads"]
 
@@ -19,10 +20,14 @@ def validated_heads(text: str, head_assets: str | None) -> tuple[str, ...]:
     return tuple(spec.label for spec in specs)
 
 
-def check_profile_heads(profile_path: str, heads: tuple[str, ...], graphs: bool, probes: int | None) -> None:
-    """UsageError unless the profile costs every head (budgeted ones from its heads section)."""
+def check_profile_heads(
+    profile_path: str, heads: tuple[str, ...], graphs: bool, probes: int | None, sampled: bool = False
+) -> None:
+    """UsageError unless the profile costs every head (budgeted ones from its heads section; sampled runs
+    as sim/sampling_costs.py charges them)."""
     profile = load_profile(profile_path)
-    costs = profile.costs[REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]]
+    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
+    costs = (sampled_profile(profile, regime, []) if sampled else profile).costs[regime]
     for head in heads:
         costs.head_table.check(head, probes or profile.default_probes)
 

@@ -137,7 +137,7 @@ def run(args) -> Path:
     rows = decoder_rows(K_max, trees)  # every decoder's fixed width on a GPU (validate/trees.py)
     if args.profile:
         check_profile(args.profile, placement, graphs, sampled=not args.sampling.greedy)
-        check_profile_heads(args.profile, heads, graphs, args.probes)
+        check_profile_heads(args.profile, heads, graphs, args.probes, sampled=not args.sampling.greedy)
         check_profile_trees(args.profile, trees, graphs, rows if target_device.type == "cuda" else None)
     else:
         measure_settings(args, placement, graphs, K_max, [1], [1], trees)
