@@ -366,7 +366,7 @@ CASES = [
     (
         "validate",
         [*VALIDATE, "--measure", "--trees", "2x2x1", "--temperature", "0.7", "--schedules", "pipelined-deferred"],
-        "trees run with --schedules",
+        "--trees under sampling: pipelined-deferred is not validated",
     ),
     ("validate", [*VALIDATE, "--peers", "--trees", "2x2x1"], "--trees: trees run in the default validation"),
     # validate --drafter/--policy (validate/policies.py)

@@ -128,7 +128,7 @@ def run(args) -> Path:
     ks = parse_ks(args.K)
     _check_numbers(args, heads)
     args.sampling = sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, args.acceptance)
-    trees = validated_trees(args.trees, schedules, heads)
+    trees = validated_trees(args.trees, schedules, heads, args.temperature > 0)
     configs = matrix(schedules, heads, ks, trees)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)

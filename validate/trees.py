@@ -25,6 +25,7 @@ from contracts.trees import parse_trees
 from measure.benchmarks import decode_K
 from model.decoder import width
 from sim.profile import load_profile
+from sim.sampled_trees import LOOK_AHEAD
 from sim.scenario import resolve
 from sim.simulate import simulate
 from sim.trees import TREE_SCHEDULES, control_source
@@ -35,10 +36,17 @@ from .predict import scenario_for
 CONTROL_SEEDS = 16
 
 
-def validated_trees(text: str, schedules: tuple, heads: tuple) -> tuple[str, ...]:
-    """--trees as labels, `chain` for the chains of --K; a tree needs a schedule and a head it runs with."""
+def validated_trees(text: str, schedules: tuple, heads: tuple, sampled: bool = False) -> tuple[str, ...]:
+    """--trees as labels, `chain` for the chains of --K; a tree needs a schedule and a head it runs with.
+    Under sampling a tree's pipelined-deferred is refused: the simulator cannot predict it under
+    acceptance control (sim/sampled_trees.py, sampled_schedules)."""
     labels = tuple(tree.label for tree in parse_trees(text, "--trees"))
     if any(label != "chain" for label in labels):
+        if sampled and LOOK_AHEAD in schedules:
+            raise UsageError(
+                f"--trees under sampling: {LOOK_AHEAD} is not validated (its look-ahead is used when the sampled "
+                "bonus equals the draft's guess, which acceptance control does not set); drop it from --schedules"
+            )
         if not set(schedules) & set(TREE_SCHEDULES):
             raise UsageError(f"--trees: trees run with --schedules {' or '.join(TREE_SCHEDULES)}; asked: {schedules}")
         if not set(heads) & set(TREE_HEADS):
