@@ -50,14 +50,20 @@ def test_sampled_trees_sample_the_target(pair, exact, tree):
         assert len({tuple(dec.generate(PROMPT, 12, s, sample).tokens) for s in SAME_ROUNDS}) == 1
 
 
+def _sharp_draft():
+    """The target's first two layers with a sharper head: it often proposes the target's own path."""
+    sharp = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
+    sharp.head_weight.mul_(1.5)
+    return sharp
+
+
 def test_a_tree_lookahead_samples_the_target(pair):
     """pipelined-deferred with the one-depth tree 2, where the look-ahead is used often: a draft that is
     the target with a sharper head accepts the guessed path (the rank-0 node), and its guess e1 often
     equals the sampled bonus; four tokens, so the fourth comes from a round that may verify the
     look-ahead's sampled chain."""
     target = pair[0]
-    sharp = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    sharp.head_weight.mul_(1.5)
+    sharp = _sharp_draft()
     dec = _decoder(target, sharp, "2")
     counts, probs = _counts(dec, "pipelined-deferred", _exact(target, 4))
     assert g_test(counts, probs) > ALPHA
@@ -69,8 +75,7 @@ def test_deep_acceptance_samples_the_target(pair):
     """A draft that is the target with a sharper head accepts whole paths of 2x2x1 (depth 3): four
     tokens, the last three from one round's path, are the target's."""
     target = pair[0]
-    sharp = load_model("tiny-qwen3#layers=2", "cpu", seed=1, max_seq_len=48).model
-    sharp.head_weight.mul_(1.5)
+    sharp = _sharp_draft()
     dec = _decoder(target, sharp, "2x2x1")
     counts, probs = _counts(dec, "deferred", _exact(target, 4))
     assert g_test(counts, probs) > ALPHA
