@@ -48,7 +48,7 @@ from typing import NamedTuple
 import torch
 
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import launching_on, tl, triton
+from model.triton_support import after_previous, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -195,6 +195,7 @@ def w4a16_matmul(
             PTX=x.is_cuda,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
+            **overlap(x.device),
         )
     return y
 
@@ -234,11 +235,13 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
+        after_previous(PDL)
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)

@@ -28,7 +28,7 @@ from torch import nn
 
 from model import fused_ops
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import launching_on, tl, triton
+from model.triton_support import after_previous, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program: tl.dot's least
 MAX_ROWS = 16  # rows up to which the route takes a projection (one row block: the launch does not depend on M)
@@ -111,6 +111,7 @@ def gemv(
             SILU=silu,
             num_warps=launch["num_warps"],
             num_stages=launch["num_stages"],
+            **overlap(x.device),
         )
     return y
 
@@ -173,10 +174,12 @@ if triton is not None:
         EVEN_N: tl.constexpr,
         EVEN_K: tl.constexpr,
         SILU: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): weight rows rn times x rows rm over the split's
         steps of BLOCK_K inputs, as acc [BLOCK_N, BLOCK_M] (the weight tile is the dot's left operand,
         so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split."""
+        after_previous(PDL)
         rm = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from model.triton_support import after_previous, overlap, tl, triton
 from model.triton_support import launching_on as _on
-from model.triton_support import tl, triton
 
 ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
 # Query rows per attention program. 16 rather than up to 64: more programs walk the cache side by side
@@ -58,6 +58,7 @@ def rms_norm(
             HAS_DELTA=delta is not None,
             BLOCK_D=triton.next_power_of_2(d),
             num_warps=8 if d > 2048 else 4,
+            **overlap(x.device),
         )
     return h, out
 
@@ -108,6 +109,7 @@ def qk_norm_rope_cache(
             HEAD_DIM=head_dim,
             NORM=norm,
             num_warps=1,
+            **overlap(qkv.device),
         )
     return q
 
@@ -161,12 +163,13 @@ def attention(
                 HEAD_BLOCKS=head_blocks,
                 **shape,
                 num_warps=4,
+                **overlap(q.device),
             )
         return out
     if n > SPLIT_MAX_TOKENS:
         with _on(q.device):
             _attention_kernel[(n_kv, row_blocks)](
-                q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4
+                q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4, **overlap(q.device)
             )
         return out
     if split_slots % ATTENTION_BLOCK_N:
@@ -193,6 +196,7 @@ def attention(
             SPLIT=split_slots,
             **shape,
             num_warps=4,
+            **overlap(q.device),
         )
     return out
 
@@ -204,7 +208,9 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((n, inner), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     with _on(gate_up.device):
-        _silu_mul_kernel[(n, triton.cdiv(inner, block))](gate_up, out, inner, BLOCK=block, num_warps=4)
+        _silu_mul_kernel[(n, triton.cdiv(inner, block))](
+            gate_up, out, inner, BLOCK=block, num_warps=4, **overlap(gate_up.device)
+        )
     return out
 
 
@@ -217,8 +223,18 @@ if triton is not None:
 
     @triton.jit
     def _rms_norm_kernel(
-        x_ptr, delta_ptr, w_ptr, h_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK_D: tl.constexpr
+        x_ptr,
+        delta_ptr,
+        w_ptr,
+        h_ptr,
+        out_ptr,
+        D,
+        eps,
+        HAS_DELTA: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        after_previous(PDL)
         row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         mask = d < D
@@ -262,7 +278,9 @@ if triton is not None:
         eps,
         HEAD_DIM: tl.constexpr,
         NORM: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        after_previous(PDL)
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         HALF: tl.constexpr = HEAD_DIM // 2
@@ -349,8 +367,10 @@ if triton is not None:
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (kv head, row block): online softmax over slot blocks up to the block's largest position."""
+        after_previous(PDL)
         kv = tl.program_id(0)
         m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # stacked row: head kv*GROUP + m // n, token m % n
         valid = m < GROUP * n
@@ -383,11 +403,13 @@ if triton is not None:
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (kv head, token and block of the kv head's query heads): online softmax over logical
         slots. Below the base a logical slot is the slot itself; base + j is the slot of the token's
         (j + 1)-th ancestor, its word's j-th set bit. A causal row (tree_rows 0, a runtime value so that
         both kinds run one compiled kernel) has base = its position + 1 and no ancestors."""
+        after_previous(PDL)
         kv = tl.program_id(0)
         token = tl.program_id(1) // HEAD_BLOCKS
         r = (tl.program_id(1) % HEAD_BLOCKS) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -444,11 +466,13 @@ if triton is not None:
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
         below the block's largest position, left unnormalized with its running max and total. The last of
         the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
         past that position does nothing (no ticket either: a long cache's many idle splits would queue on it)."""
+        after_previous(PDL)
         kv = tl.program_id(0)
         m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
         split = tl.program_id(2)
@@ -522,7 +546,8 @@ if triton is not None:
         )
 
     @triton.jit
-    def _silu_mul_kernel(gu_ptr, out_ptr, I, BLOCK: tl.constexpr):
+    def _silu_mul_kernel(gu_ptr, out_ptr, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        after_previous(PDL)
         row = tl.program_id(0).to(tl.int64)
         col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = col < I

@@ -45,3 +45,30 @@ def choose_backend(backend: str | None, device: torch.device) -> str:
             f"backend {backend!r} is not usable here; choose from {['triton', 'torch'] if can_fuse else ['torch']}"
         )
     return backend
+
+
+# Programmatic dependent launch (Hopper and later): a kernel's programs start while the kernel before it
+# drains, and wait (`after_previous`) before they touch memory. SPECLOOP_OVERLAP=0 turns it off, to measure it.
+OVERLAP = os.environ.get("SPECLOOP_OVERLAP", "1") != "0"
+
+
+def overlap(device: torch.device) -> dict:
+    """Launch options for a kernel that calls `after_previous` first: launched early where the GPU can."""
+    if OVERLAP and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9:
+        return {"launch_pdl": True, "PDL": True}
+    return {"PDL": False}
+
+
+after_previous = None  # without triton (below otherwise)
+
+if triton is not None:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    @triton.jit
+    def after_previous(PDL: tl.constexpr):
+        """Let the next kernel's programs launch, then wait until the previous kernel is done and its
+        writes are visible: called before a program reads or writes anything, so launching early
+        changes no value."""
+        if PDL:
+            gdc_launch_dependents()
+            gdc_wait()
