@@ -48,7 +48,7 @@ from typing import NamedTuple
 import torch
 
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import after_previous, launching_on, overlap, tl, triton
+from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -241,7 +241,7 @@ if triton is not None:
         stored by split_k.store_split. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
-        after_previous(PDL)
+        after_previous(PDL, False)
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
@@ -276,6 +276,7 @@ if triton is not None:
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        launch_next(PDL)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit

@@ -28,7 +28,7 @@ from torch import nn
 
 from model import fused_ops
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import after_previous, launching_on, overlap, tl, triton
+from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program: tl.dot's least
 MAX_ROWS = 16  # rows up to which the route takes a projection (one row block: the launch does not depend on M)
@@ -179,7 +179,7 @@ if triton is not None:
         """Program (column block, split, row block): weight rows rn times x rows rm over the split's
         steps of BLOCK_K inputs, as acc [BLOCK_N, BLOCK_M] (the weight tile is the dot's left operand,
         so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split."""
-        after_previous(PDL)
+        after_previous(PDL, False)
         rm = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
@@ -204,4 +204,5 @@ if triton is not None:
             else:
                 x = tl.load(x_cols + k, mask=x_mask, other=0.0)
             acc = tl.dot(w, x, acc, input_precision="ieee")
+        launch_next(PDL)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)

@@ -59,16 +59,24 @@ def overlap(device: torch.device) -> dict:
     return {"PDL": False}
 
 
-after_previous = None  # without triton (below otherwise)
+after_previous = launch_next = None  # without triton (below otherwise)
 
 if triton is not None:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     @triton.jit
-    def after_previous(PDL: tl.constexpr):
-        """Let the next kernel's programs launch, then wait until the previous kernel is done and its
-        writes are visible: called before a program reads or writes anything, so launching early
-        changes no value."""
+    def after_previous(PDL: tl.constexpr, LAUNCH_NEXT: tl.constexpr = True):
+        """Wait until the previous kernel is done and its writes are visible (first letting the next
+        kernel's programs launch, with LAUNCH_NEXT): called before a program reads or writes anything,
+        so launching early changes no value."""
+        if PDL:
+            if LAUNCH_NEXT:
+                gdc_launch_dependents()
+            gdc_wait()
+
+    @triton.jit
+    def launch_next(PDL: tl.constexpr):
+        """Let the next kernel's programs launch (a GEMM calls it after its main loop, so that waiting
+        programs do not hold an SM's resources while its weights stream)."""
         if PDL:
             gdc_launch_dependents()
-            gdc_wait()
