@@ -48,7 +48,7 @@ from typing import NamedTuple
 import torch
 
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
+from model.triton_support import launching_on, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -57,6 +57,9 @@ _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSE
 _SPLITS = (4, 8)  # split-K at least the first, at most the second (where the step count allows)
 BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
+# Launched without programmatic dependent launch (model/triton_support.py, overlap), which the other decoder
+# kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
+# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11).
 
 
 class Planes(NamedTuple):
@@ -195,7 +198,6 @@ def w4a16_matmul(
             PTX=x.is_cuda,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
-            **overlap(x.device),
         )
     return y
 
@@ -235,13 +237,11 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
-        PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
-        after_previous(PDL, False)
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
@@ -276,7 +276,6 @@ if triton is not None:
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        launch_next(PDL)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
