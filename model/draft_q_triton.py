@@ -36,6 +36,11 @@ from model.sampling import SamplingSettings
 from model.triton_support import launching_on, tl, triton
 
 MAX_BLOCK = 2048  # row entries a program holds at once on a GPU; a wider row loops over blocks
+# Rows wider than this take draft_q.probabilities (the same values): one program walks a row, so the dense
+# head's 151,936 tokens took 156.1 us for q + draw against torch's 122.9, while the scored tokens of FlashHead,
+# shortlist and router heads (at most about 10,000 here) ran 8-37% faster (one H200,
+# reports/heads/h200_sampled_heads_fused.json against h200_sampled_heads_compact.json).
+KERNEL_MAX_WIDTH = 32768
 _INTERPRETER_MAX_BLOCK = 16384
 CANDIDATE_BITS = 3  # a search pass tests 2^3 values at once
 # The searched ranges: top-k's k-th value over int32, top-p's rank key over [-1, weight 1.0 with id 0].
@@ -88,8 +93,9 @@ class DraftQ:
     def __call__(self, logits: torch.Tensor, tokens: torch.Tensor | None = None, launch: dict | None = None):
         """q [n, N] float32 of logits [n, N] over the token ids `tokens` [n, N] (None: the vocabulary):
         draft_q.probabilities(logits, settings, tokens). The triton backend: three launches, no host
-        sync; compile (call once) before CUDA-graph capture. `launch` replaces the launch shape (tests)."""
-        if self.backend == "torch":
+        sync; compile (call once) before CUDA-graph capture. Rows wider than KERNEL_MAX_WIDTH take torch's
+        kernels. `launch` replaces the launch shape (tests)."""
+        if self.backend == "torch" or logits.shape[-1] > KERNEL_MAX_WIDTH:
             return draft_q.probabilities(logits, self.settings, tokens)
         if logits.dim() != 2 or (tokens is not None and tokens.shape != logits.shape):
             raise UsageError(f"logits must be [n, N] with tokens of the same shape, got {tuple(logits.shape)}")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from contracts import UsageError
-from model import draft_q, triton_support
+from model import draft_q, draft_q_triton, triton_support
 from model.decoder import Decoder
 from model.draft_q_triton import DraftQ
 from model.flashhead import build_clustering
@@ -54,6 +54,17 @@ def _head(kind: str, generator):
     embedding = torch.randn(2500, 32, generator=generator)
     router = small_router(weight, embedding, clusters=24, cap=200)
     return RouterHead(weight.to(DEVICE), embedding.to(DEVICE), router, router.clusters // 3)
+
+
+def test_rows_wider_than_the_kernels_bound_take_torch(monkeypatch):
+    logits = torch.randn(2, 9, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    fused = DraftQ(DEVICE, SETTINGS[1], backend="triton")
+    monkeypatch.setattr(draft_q_triton, "_shift_kernel", None)  # a kernel launch would now fail
+    monkeypatch.setattr(draft_q_triton, "KERNEL_MAX_WIDTH", 8)
+    assert torch.equal(fused(logits), draft_q.probabilities(logits, SETTINGS[1]))
+    monkeypatch.setattr(draft_q_triton, "KERNEL_MAX_WIDTH", 9)  # control: at the bound the kernels run
+    with pytest.raises(TypeError):
+        fused(logits)
 
 
 @pytest.mark.parametrize("kind", ["dense", "flashhead", "shortlist", "router"])
@@ -195,8 +206,10 @@ def test_the_gpu_build_rounds_every_operation_as_torch():
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the Qwen3 vocabulary and CUDA graphs need a GPU")
-def test_wide_rows_inside_a_cuda_graph():
-    """The dense head's vocabulary (151,936) and the widest shortlist (65,536), inside a CUDA graph."""
+def test_wide_rows_inside_a_cuda_graph(monkeypatch):
+    """The dense head's vocabulary (151,936) and the widest shortlist (65,536), inside a CUDA graph, through
+    the kernels (the decoder sends rows wider than KERNEL_MAX_WIDTH to torch)."""
+    monkeypatch.setattr(draft_q_triton, "KERNEL_MAX_WIDTH", 151_936)
     generator = torch.Generator(device=DEVICE).manual_seed(4)
     for width in (151_936, 65_536, 8_192):
         tokens = torch.randperm(151_936, device=DEVICE, generator=generator)[:width].view(1, -1)
