@@ -94,3 +94,20 @@ def test_from_runs_predicts_the_recorded_runs_again_as_the_run_did(report, tmp_p
     for c_before, c_slow in zip(before.values(), slower.values()):
         for r, s in zip(c_before["rows"], c_slow["rows"]):
             assert s["profile_only_tok_s"] < r["profile_only_tok_s"]
+
+
+def test_drafters_without_the_draft_model_are_validated(tmp_path):
+    """Early exit and prompt lookup alone (the real Gemma run's arms): no draft model, so no draft prefill
+    to calibrate, and the simulator is never asked about a drafter the traces did not record."""
+    profile = tiny_profile(placement="cpu", read_gap_ms=0.05)
+    profile["regimes"]["eager"]["draft"].update(
+        lookup_ms=timing(0.3), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5)
+    )
+    (tmp_path / "profile.json").write_text(json.dumps(profile))
+    argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu"]
+    argv += ["--profile", str(tmp_path / "profile.json"), "--drafter", "early-exit+prompt-lookup"]
+    argv += ["--early-exit-layers", "1", "--policy", "heuristic", "--K", "2", "--heads", "dense"]
+    argv += ["--prompts", "81", "--n-prompts", "1", "--max-new-tokens", "6", "--warmup", "0"]
+    assert main([*argv, "--out", str(tmp_path / "report")]) == 0
+    rows = json.loads((tmp_path / "report" / "results.json").read_text())["categories"]["writing"]["rows"]
+    assert {r["label"] for r in rows} == {"baseline", "early-exit:K2", "prompt-lookup:K2", "heuristic"}

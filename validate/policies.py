@@ -463,10 +463,10 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
             m, q = sum(phases.get(n, 0.0) for n in names), sum(row_phases.get(n, 0.0) for n in names)
             if m > 0 and q > 0:
                 scales[path] = m / q
-    drafted = [
+    drafted = [  # the draft model's arms: the only drafter with a prefill of its own
         (_sim_config(s, p["K"]), None, read_trace(trace), m.summary, trace)
         for s, m in runs.items()
-        if s.arm is not None
+        if s.arm is not None and s.arm.drafter == "draft-model"
         for trace in [folder / "traces" / "calibration" / f"{s.name}.trace.jsonl"]
     ]
     prefill = draft_prefill_edit(drafted, profile_path, p["placement"], p["graphs"])
