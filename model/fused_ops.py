@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from model.split_k import tickets_for
 from model.triton_support import after_previous, overlap, tl, triton
 from model.triton_support import launching_on as _on
 
@@ -177,8 +178,7 @@ def attention(
     splits = triton.cdiv(slots, split_slots)
     partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
     partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
-    if tickets is None or tickets.numel() < n_kv * row_blocks:
-        tickets = torch.zeros(n_kv * row_blocks, dtype=torch.int32, device=q.device)
+    tickets = tickets_for(tickets, n_kv * row_blocks, q.device)
     with _on(q.device):
         _attention_split_kernel[(n_kv, row_blocks, splits)](
             q,

@@ -8,6 +8,7 @@ since the interpreter's bfloat16 matmul is not exact).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -52,8 +53,10 @@ def choose_backend(backend: str | None, device: torch.device) -> str:
 OVERLAP = os.environ.get("SPECLOOP_OVERLAP", "1") != "0"
 
 
+@functools.cache
 def overlap(device: torch.device) -> dict:
-    """Launch options for a kernel that calls `after_previous` first: launched early where the GPU can."""
+    """Launch options for a kernel that calls `after_previous` first: launched early where the GPU can
+    (asked once per device: every eager launch reads it)."""
     if OVERLAP and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9:
         return {"launch_pdl": True, "PDL": True}
     return {"PDL": False}
