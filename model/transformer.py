@@ -240,7 +240,11 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         block = Gemma3Block if config.arch == "gemma3" else Qwen3Block
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        # Left uninitialized (loading fills it): nn.Embedding's own normal_ init, run on the meta device,
+        # keeps the gloo process group alive past destroy_process_group (torch 2.13), and its threads
+        # then abort the process at exit.
+        table = torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=table)
         self.layers = nn.ModuleList(block(config, i, dtype) for i in range(config.n_layers))
         self.norm = _norm(config, config.hidden_size, dtype)
         self.lm_head = (

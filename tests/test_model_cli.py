@@ -35,6 +35,7 @@ def checkpoint(tmp_path_factory):
         "tie_word_embeddings": True,
     }
     model = Transformer(ModelConfig.from_hf(hf))
+    torch.nn.init.normal_(model.embed_tokens.weight, generator=torch.Generator().manual_seed(0))  # built uninitialized
     save_file({f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(hf))
     return folder

@@ -6,6 +6,7 @@ equals single-process target-only greedy, token for token, in every schedule."""
 
 import dataclasses
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -126,6 +127,22 @@ def _llama_checkpoint(folder) -> str | None:
 def test_two_ranks_equal_one_process(tmp_path):
     checkpoint = _llama_checkpoint(tmp_path / "llama")
     mp.spawn(_worker, args=(2, _free_port(), checkpoint, "gloo"), nprocs=2, join=True)
+
+
+def _gloo_threads_after_teardown(rank: int, rendezvous: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=1)
+    load_model("tiny-llama", "cpu", "float32", seed=1, max_seq_len=ROOM)
+    dist.destroy_process_group()
+    names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+    assert not [name for name in names if "gloo" in name], names
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process's threads from /proc")
+def test_destroy_process_group_ends_the_gloo_threads_after_a_model_is_built(tmp_path):
+    """Nothing a model build does keeps the process group alive past destroy_process_group: when
+    something did (nn.Embedding's normal_ init on the meta device), its threads were torn down at
+    interpreter exit and could abort a rank that had finished its work (SIGABRT, one CI run in ten)."""
+    mp.spawn(_gloo_threads_after_teardown, args=(str(tmp_path / "rendezvous"),), nprocs=1, join=True)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
