@@ -18,7 +18,15 @@ from model.head_assets import (
     save_router,
     save_shortlist,
 )
-from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
+from model.heads import (
+    CPU_TRANSPOSED_MAX_ROWS,
+    DenseHead,
+    FlashHead,
+    PositionalHead,
+    RouterHead,
+    ShortlistHead,
+    dense_logits,
+)
 from model.loading import load_model
 from model.router import build_router, split_clusters
 
@@ -305,3 +313,16 @@ def test_build_head_refuses_bad_input_before_any_work(tmp_path, capsys, argv, me
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "assets").exists()
+
+
+def test_dense_logits_equal_the_linear_product_for_every_row_count():
+    """The CPU's transposed product for a few rows (model/heads.dense_logits) is the same logits as
+    F.linear, to float tolerance, on both sides of its row limit."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(300, 24, generator=generator)
+    for rows in (1, 2, 3, CPU_TRANSPOSED_MAX_ROWS, CPU_TRANSPOSED_MAX_ROWS + 1):
+        flat = torch.randn(rows, 24, generator=generator)
+        got = dense_logits(flat, weight)
+        assert got.shape == (rows, 300)
+        torch.testing.assert_close(got, torch.nn.functional.linear(flat, weight), rtol=1e-5, atol=1e-5)
+        assert torch.equal(DenseHead(weight).argmax(flat), got.argmax(-1))
