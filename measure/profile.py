@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import socket
 from pathlib import Path
@@ -38,8 +39,23 @@ def environment(devices: list[torch.device]) -> dict:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "host": socket.gethostname(),
-        "cpu": platform.processor(),
+        "cpu": cpu_name(),
     }
+
+
+def cpu_name() -> str:
+    """The host CPU's model and core count: CPU timings move with it (a 2-core VM landed on an AMD host
+    ran few-row GEMMs 2-4x slower than on the host a profile came from), and platform.processor() is
+    empty on Linux."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
 
 
 def assemble(
