@@ -540,7 +540,7 @@ class Decoder:
         if self.clock.timeline:
             self.clock.begin()
         t0 = time.perf_counter()
-        run = self._prefill(prompt_ids, max_new_tokens, with_draft=schedule != "baseline")
+        run = self._prefill(prompt_ids, max_new_tokens, speculative=schedule != "baseline")
         schedules.RUNNERS[schedule](self, run)
         tokens, accepted = self._final_read(run)
         end = time.perf_counter()
@@ -570,13 +570,15 @@ class Decoder:
                 f"{need} cache slots, the models have {have}"
             )
 
-    def _prefill(self, prompt_ids: list[int], max_new: int, with_draft: bool) -> Run:
+    def _prefill(self, prompt_ids: list[int], max_new: int, speculative: bool) -> Run:
         """Prefill and the first token (TTFT), then the decode state with f = the first token.
 
         The draft's prefill overlaps the target's on two devices; on one device it is queued after
-        the first token, so TTFT is the target's alone in both (as the simulator models it). No
-        cross-device copy here: PyTorch's copy between GPUs waits for both devices' queued work."""
+        the first token, so TTFT is the target's alone in both (as the simulator models it). A draft
+        model that no arm drafts with is not prefilled. No cross-device copy here: PyTorch's copy
+        between GPUs waits for both devices' queued work."""
         P = len(prompt_ids)
+        with_draft = speculative and (self.drafting is None or self.drafting.plays("draft-model"))
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target_device).view(1, -1)
         prompt_d = (
             torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None
@@ -587,7 +589,7 @@ class Decoder:
             first = self._pick(hidden[0, -1:])
             if not self.sampling.greedy:  # the first token: the race noise of the round at the prompt's end
                 first = sampling.race(first, self._race_noise(torch.tensor([P - 1], device=self.target_device)))
-        if with_draft and self.drafting is not None:
+        if speculative and self.drafting is not None:
             self.drafting.prefill(prompt, P)
         overlap = with_draft and self.draft_device != self.target_device
         if overlap:

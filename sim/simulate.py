@@ -42,7 +42,10 @@ def _run(
                 start = env.now
                 m.cached = {}  # a new generation: every drafter's cache is refilled by its prefill
                 m.policy.begin(g.prompt_id)
-                with_draft = config.schedule != "baseline"
+                # as the decoder: a draft model that no arm drafts with is not prefilled (the oracle plays
+                # one fixed arm a generation, as the fixed run it stands for)
+                drafters = (m.policy.arm.drafter,) if isinstance(m.policy, Oracle) else config.drafters
+                with_draft = config.schedule != "baseline" and "draft-model" in drafters
                 yield from m.prefill(g, with_draft)
                 ttft.append(env.now - start)
                 first = env.now

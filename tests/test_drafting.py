@@ -262,3 +262,53 @@ def test_a_long_catch_up_feeds_full_width_forwards_first_and_stays_exact():
         policy=Script(*choices, 100),
     )
     assert result["events"] == dec.events
+
+
+@pytest.mark.parametrize("drafters", [("prompt-lookup",), ("early-exit", "prompt-lookup"), DRAFTERS])
+def test_the_draft_model_is_prefilled_only_where_an_arm_drafts_with_it(models, drafters, monkeypatch):
+    """A generation whose arms never draft with the draft model does not prefill it (that cost the real
+    Gemma runs a 12-layer prefill each), and the simulator charges the draft's prefill alike."""
+    from sim.acceptance import Generation
+    from sim.profile import Profile
+    from sim.schedules import Config
+    from sim.simulate import simulate
+    from tests.sim_fixtures import timing, tiny_profile
+
+    target, draft, early, references = models
+    choices = tuple(Arm(drafter, 2) for drafter in drafters)
+    widths = []
+    body = draft.forward_hidden
+
+    def counted(tokens, *args, **kwargs):
+        widths.append(tokens.shape[1])
+        return body(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(draft, "forward_hidden", counted)
+    dec = Decoder(
+        target,
+        draft,
+        DenseHead(draft.head_weight),
+        K=K,
+        graphs=False,
+        drafting=Drafting(RoundRobin(choices), early=early),
+    )
+    ids = PROMPTS["repeats"]
+    generation = dec.generate(ids, MAX_NEW, "deferred")
+    assert generation.tokens == references["repeats"]
+    uses_model = "draft-model" in drafters
+    assert (len(ids) in widths) == uses_model and bool(widths) == uses_model
+
+    profile = tiny_profile("one-gpu")
+    profile["regimes"]["eager"]["draft"].update(
+        lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5)
+    )
+    generations = [Generation("repeats", len(ids), generation.decode_tokens)]
+    result = simulate(
+        Profile(profile, "prefill").costs["eager"],
+        Config("deferred", "dense", K, 4, "one-gpu", drafters=drafters),
+        RecordedRounds(generations, {"repeats": generation.rounds}),
+        generations,
+        ceiling=False,
+        policy=RoundRobin(choices),
+    )
+    assert (result["phase_ms"].get("initial", 0) > 0) == uses_model
