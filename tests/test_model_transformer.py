@@ -256,3 +256,18 @@ def test_graphed_forward_equals_eager_on_cuda():
         got = graphed(tokens[:, start:end], positions[start:end]).clone()
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert graphed.captured == 3  # shapes n = 8, 1, 3
+
+
+def test_cpu_attention_reads_the_cache_only_up_to_the_last_visible_slot():
+    """On the CPU a step's attention stops at the last slot any query sees, so its cost follows the
+    context and not the cache's size: NaN in every slot past it (were they read, 0 x NaN would reach
+    the output) leaves the hidden states exactly as zeros there do."""
+    model = load_model("tiny-qwen3", "cpu", "float32", seed=0, max_seq_len=64).model
+    tokens = torch.arange(1, 13).view(1, -1)
+    model.forward_hidden(tokens[:, :10], torch.arange(10))
+    want = model.forward_hidden(tokens[:, 10:], torch.arange(10, 12))
+    for layer in model.layers:
+        for cache in (layer.self_attn.k_cache, layer.self_attn.v_cache):
+            cache[:, :, 12:] = float("nan")
+    got = model.forward_hidden(tokens[:, 10:], torch.arange(10, 12))
+    assert torch.equal(got, want)
