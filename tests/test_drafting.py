@@ -87,6 +87,31 @@ class RoundRobin:
         return Cycle(choices)
 
 
+def _round_robin_decoder(models, choices, **options) -> Decoder:
+    """A decoder on the module's tiny pair whose arms are `choices` in turn."""
+    target, draft, early, _ = models
+    return Decoder(
+        target,
+        draft,
+        DenseHead(draft.head_weight),
+        K=K,
+        graphs=options.pop("graphs", False),
+        drafting=Drafting(RoundRobin(choices), early=early),
+        **options,
+    )
+
+
+def _drafters_profile(placement: str) -> dict:
+    """The simulator fixtures' tiny profile with a cost for every drafter."""
+    from tests.sim_fixtures import timing, tiny_profile
+
+    profile = tiny_profile(placement)
+    profile["regimes"]["eager"]["draft"].update(
+        lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5)
+    )
+    return profile
+
+
 class RecordedRounds:
     """The decoder's rounds as an acceptance source: the round begun at a position accepts what it did."""
 
@@ -113,19 +138,11 @@ def test_decoder_and_simulator_log_the_same_events_while_switching_drafters(mode
     from sim.profile import Profile
     from sim.schedules import Config
     from sim.simulate import simulate
-    from tests.sim_fixtures import timing, tiny_profile
 
     choices = (Arm("draft-model", 3), Arm("prompt-lookup", 2), Arm("early-exit", 1), Arm("early-exit", 3))
     for placement, copies in (("one-gpu", False), ("two-gpu", True)):
-        target, draft, early, references = models
-        dec = Decoder(
-            target,
-            draft,
-            DenseHead(draft.head_weight),
-            K=K,
-            graphs=False,
-            drafting=Drafting(RoundRobin(choices), early=early),
-        )
+        references = models[3]
+        dec = _round_robin_decoder(models, choices)
         dec.events, rounds, generations = [], {}, []
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(Dec, "copies", property(lambda self, copies=copies: copies))
@@ -134,11 +151,8 @@ def test_decoder_and_simulator_log_the_same_events_while_switching_drafters(mode
                 assert generation.tokens == references[name]
                 rounds[name] = generation.rounds
                 generations.append(Generation(name, len(ids), generation.decode_tokens))
-        profile = tiny_profile(placement)
-        draft_costs = profile["regimes"]["eager"]["draft"]
-        draft_costs.update(lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5))
         result = simulate(
-            Profile(profile, "parity").costs["eager"],
+            Profile(_drafters_profile(placement), "parity").costs["eager"],
             Config(schedule, "dense", K, 4, placement, drafters=DRAFTERS),
             RecordedRounds(generations, rounds),
             generations,
@@ -207,17 +221,9 @@ def test_no_graph_is_captured_during_a_generation_while_switching_drafters(model
     monkeypatch.setattr(model.decoder, "GraphedCall", Recording)
     monkeypatch.setattr(model.drafting, "GraphedCall", Recording)
     monkeypatch.setattr(model.decoder.torch.cuda, "synchronize", lambda device=None: None)
-    target, draft, early, references = models
+    references = models[3]
     choices = (Arm("draft-model", 3), Arm("prompt-lookup", 2), Arm("early-exit", 1), Arm("early-exit", 3))
-    dec = Decoder(
-        target,
-        draft,
-        DenseHead(draft.head_weight),
-        K=K,
-        graphs=True,
-        fixed_width=True,  # as on a GPU: one target shape for every K
-        drafting=Drafting(RoundRobin(choices), early=early),
-    )
+    dec = _round_robin_decoder(models, choices, graphs=True, fixed_width=True)  # as on a GPU: one target shape
     dec._capture()  # what a CUDA decoder does when it is built
     captured, dec.events = len(new_shapes), []
     for name, ids in PROMPTS.items():
@@ -272,9 +278,8 @@ def test_the_draft_model_is_prefilled_only_where_an_arm_drafts_with_it(models, d
     from sim.profile import Profile
     from sim.schedules import Config
     from sim.simulate import simulate
-    from tests.sim_fixtures import timing, tiny_profile
 
-    target, draft, early, references = models
+    draft, references = models[1], models[3]
     choices = tuple(Arm(drafter, 2) for drafter in drafters)
     widths = []
     body = draft.forward_hidden
@@ -284,27 +289,16 @@ def test_the_draft_model_is_prefilled_only_where_an_arm_drafts_with_it(models, d
         return body(tokens, *args, **kwargs)
 
     monkeypatch.setattr(draft, "forward_hidden", counted)
-    dec = Decoder(
-        target,
-        draft,
-        DenseHead(draft.head_weight),
-        K=K,
-        graphs=False,
-        drafting=Drafting(RoundRobin(choices), early=early),
-    )
+    dec = _round_robin_decoder(models, choices)
     ids = PROMPTS["repeats"]
     generation = dec.generate(ids, MAX_NEW, "deferred")
     assert generation.tokens == references["repeats"]
     uses_model = "draft-model" in drafters
     assert (len(ids) in widths) == uses_model and bool(widths) == uses_model
 
-    profile = tiny_profile("one-gpu")
-    profile["regimes"]["eager"]["draft"].update(
-        lookup_ms=timing(0.1), early_exit_body_ms=timing(1.0), early_exit_head_ms=timing(0.5)
-    )
     generations = [Generation("repeats", len(ids), generation.decode_tokens)]
     result = simulate(
-        Profile(profile, "prefill").costs["eager"],
+        Profile(_drafters_profile("one-gpu"), "prefill").costs["eager"],
         Config("deferred", "dense", K, 4, "one-gpu", drafters=drafters),
         RecordedRounds(generations, {"repeats": generation.rounds}),
         generations,
