@@ -103,6 +103,10 @@ class Policy:
     def choose(self) -> Arm:
         raise NotImplementedError
 
+    def plays(self, drafter: str) -> bool:
+        """Whether this generation's arms draft with `drafter` (only then is its model prefilled)."""
+        return any(arm.drafter == drafter for arm in self.arms)
+
     def update(self, arm: Arm, accepted: int, emitted: int, round_ms: float) -> None:
         """One round's outcome: `accepted` of arm.K proposals, `emitted` tokens in `round_ms`."""
         self.pulls[arm] += 1

@@ -578,7 +578,7 @@ class Decoder:
         model that no arm drafts with is not prefilled. No cross-device copy here: PyTorch's copy
         between GPUs waits for both devices' queued work."""
         P = len(prompt_ids)
-        with_draft = speculative and (self.drafting is None or self.drafting.plays("draft-model"))
+        with_draft = speculative and (self.drafting is None or self.drafting.policy.plays("draft-model"))
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.target_device).view(1, -1)
         prompt_d = (
             torch.tensor(prompt_ids, dtype=torch.long, device=self.draft_device).view(1, -1) if with_draft else None

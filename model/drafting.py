@@ -110,10 +110,6 @@ class Drafting:
                 "(they read each round's accepted count at its end)"
             )
 
-    def plays(self, drafter: str) -> bool:
-        """Whether any arm drafts with `drafter`."""
-        return any(arm.drafter == drafter for arm in self.policy.arms)
-
     def prefill(self, prompt: torch.Tensor, prompt_len: int) -> None:
         """The early-exit draft's prefill (the draft model's is the decoder's own)."""
         if self.early is not None:

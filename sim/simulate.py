@@ -42,10 +42,8 @@ def _run(
                 start = env.now
                 m.cached = {}  # a new generation: every drafter's cache is refilled by its prefill
                 m.policy.begin(g.prompt_id)
-                # as the decoder: a draft model that no arm drafts with is not prefilled (the oracle plays
-                # one fixed arm a generation, as the fixed run it stands for)
-                drafters = (m.policy.arm.drafter,) if isinstance(m.policy, Oracle) else config.drafters
-                with_draft = config.schedule != "baseline" and "draft-model" in drafters
+                # as the decoder: a draft model that no arm drafts with is not prefilled
+                with_draft = config.schedule != "baseline" and m.policy.plays("draft-model")
                 yield from m.prefill(g, with_draft)
                 ttft.append(env.now - start)
                 first = env.now
@@ -168,6 +166,10 @@ class Oracle(Policy):
 
     def choose(self) -> Arm:
         return self.arm
+
+    def plays(self, drafter: str) -> bool:
+        """The one fixed arm of this generation, as the fixed run it stands for."""
+        return self.arm.drafter == drafter
 
 
 def _oracle_arms(costs: Costs, config: Config, source, generations: list[Generation], seed: int) -> dict:
