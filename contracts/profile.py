@@ -28,8 +28,15 @@ REQUIRED_COSTS = {
 # Costs a profile may carry (older ones do not): the host's time from a read's end to its next launch;
 # prompt lookup's n-gram search over the context (on the target device, table over `context`); and the
 # early-exit draft's step on the target device: its first L layers (table over n_tokens, context) and
-# the target's head (setup.early_exit_layers names L).
-OPTIONAL_COSTS = {"host": ("read_gap_ms",), "draft": ("lookup_ms", "early_exit_body_ms", "early_exit_head_ms")}
+# the target's head (setup.early_exit_layers names L). With tree widths, the target forward and the draft
+# body under the tree rule (tables over n_tokens, context), each the tree-attention form of a required cost
+# (TREE_ATTENTION_COSTS: tree rounds read it where the profile has it).
+OPTIONAL_COSTS = {
+    "host": ("read_gap_ms",),
+    "target": ("tree_forward_ms",),
+    "draft": ("lookup_ms", "early_exit_body_ms", "early_exit_head_ms", "tree_body_ms"),
+}
+TREE_ATTENTION_COSTS = {"target.forward_ms": "target.tree_forward_ms", "draft.body_ms": "draft.tree_body_ms"}
 # The optional `tensor_parallel` section: per placement tpN, a target tensor-parallel over N ranks, its
 # tables (axes) timing one rank: compute alone (all-reduces off), one all-reduce per message size, and the
 # decode step with its all-reduces (a check of compute + all-reduces).

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from contracts.policies import CATCH_UP_WIDTHS
+from contracts.trees import MAX_NODES, ROOT
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.early_exit import early_exit
@@ -20,6 +22,7 @@ from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded
 from model.prompt_lookup import lookup
+from model.tree_rounds import ancestor_bits, frontier_inputs, tree_body_forward, tree_verify_forward, verify_tables
 
 from .timing import summarize, time_op
 
@@ -146,6 +149,46 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
         "prefill_ms": {"points": _prefill(b, b.draft, device, first_token=False)},
         "kv_crop_ms": crop,
     }
+
+
+def tree_body_widths(tree_widths) -> list[int]:
+    """Frontier widths a tree's draft forward can have: 1..MAX_NODES nodes (one ancestor bit each)."""
+    return sorted(n for n in set(tree_widths) if n <= MAX_NODES)
+
+
+def tree_costs(b: Bench, graphs: bool) -> tuple[dict, dict]:
+    """(target costs, draft costs) under the tree rule, as a tree decoder runs them (model/tree_rounds.py):
+    its target forward over [f, n - 1 nodes] at every target width and context (n = 1, no node, is its
+    append: a tree decoder runs every target forward so), and the draft body over a frontier of n nodes at
+    every tree width. On a GPU the rule is the fused kernel's path-ordered attention, not the chain's
+    split-KV one; on the CPU the same masked attention as the causal rule. A star tree of the size stands
+    for every tree of it: the rule reads every node's slot, the shape only sets which of them count."""
+    target, draft = b.target.model, b.draft.model
+    decoder = Decoder(target, K=decode_K(b.K_max, b.tree_widths), graphs=graphs)
+    verify, body = [], []
+    for n in b.target_widths():
+        star = (ROOT,) * (n - 1)
+        rope, bits = verify_tables(star, decoder.rows or n, b.target_device)
+        step = GraphedCall(partial(tree_verify_forward, decoder, n - 1), enabled=graphs)
+        for context in b.contexts:
+            start = torch.tensor([context], device=b.target_device)
+            inputs = [(t, start, rope, bits) for t in b.tokens(n, b.target_device, target.config.vocab_size)]
+            verify.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})
+            b.tick(f"target tree forward n={n} ctx={context}")
+    step = GraphedCall(partial(tree_body_forward, draft), enabled=graphs)
+    for n in tree_body_widths(b.tree_widths):
+        fed = torch.arange(n, device=b.draft_device)
+        depths = torch.ones(n, dtype=torch.long, device=b.draft_device)
+        bits = torch.tensor(ancestor_bits((ROOT,) * n), device=b.draft_device)
+        for context in b.contexts:
+            p = torch.tensor([context], device=b.draft_device)
+            inputs = [
+                frontier_inputs(t[0], fed, p, depths, bits)
+                for t in b.tokens(n, b.draft_device, draft.config.vocab_size)
+            ]
+            body.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.draft_device)})
+            b.tick(f"draft tree body n={n} ctx={context}")
+    return {"tree_forward_ms": {"points": verify}}, {"tree_body_ms": {"points": body}}
 
 
 def drafter_costs(b: Bench, graphs: bool, settings) -> dict:

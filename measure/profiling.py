@@ -34,6 +34,8 @@ from .benchmarks import (
     host_costs,
     round_host_costs,
     target_costs,
+    tree_body_widths,
+    tree_costs,
     verify_widths,
 )
 from .head_profile import budget_heads, head_cost_section, head_points
@@ -152,10 +154,13 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         raise UsageError(
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
         )
+    target_widths = len(set(range(1, settings.K_max + 3)) | set(settings.tree_widths))
+    # with tree widths, the target forwards and draft frontiers again under the tree rule
+    tree_widths = target_widths + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
     points = (
         len(regimes)
         * (
-            len(set(range(1, settings.K_max + 3)) | set(settings.tree_widths)) * len(contexts)
+            (target_widths + tree_widths) * len(contexts)
             + 2 * len(prompt_lengths)
             + len(contexts)
             + 1
@@ -190,9 +195,10 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         heads = budget_heads(pair, settings.heads) if settings.heads else None
         for regime in regimes:
             graphs = regime == "on"
+            target_tree, draft_tree = tree_costs(bench, graphs) if settings.tree_widths else ({}, {})
             costs["graphs" if graphs else "eager"] = {
-                "target": target_costs(bench, graphs),
-                "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings)},
+                "target": {**target_costs(bench, graphs), **target_tree},
+                "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings), **draft_tree},
             }
             if not sampling.greedy:
                 sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling, heads)
@@ -257,7 +263,9 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
         "perf_counter on CPU; each repetition starts from an idle device.",
         "target.forward_ms is the decoder's own target step (dense argmax head included; fixed width on GPU, "
         "see model/decoder.py); prefills are eager, as in the decoder; draft.body_ms is one draft step "
-        "without its head; draft.append_ms is the same operation as one body step.",
+        "without its head; draft.append_ms is the same operation as one body step. With tree widths, "
+        "target.tree_forward_ms and draft.tree_body_ms time them under the tree rule, as a tree decoder "
+        "runs them (model/tree_rounds.py).",
         f"FlashHead head backend: {backend}.",
         "host.round_bookkeeping_ms: median per-round host time outside device phases and the read, "
         "from a short real deferred run (Python bookkeeping, launch gaps, token copies); host.read_gap_ms: "
@@ -265,10 +273,11 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
         "kv_crop_ms: our caches are cropped by moving a device-side cursor (one small copy).",
         f"Layer kernels: target {target_info['kernels']}, draft {draft_info['kernels']}. "
         + (
-            "Fused attention reads cache slots up to the last position only, so costs follow the context."
-            if "torch" not in (target_info["kernels"], draft_info["kernels"])
-            else "The torch path attends over all static-cache slots (setup.cache_slots), so its costs depend on "
-            "the cache size more than on the context: measure with the cache size your runs use."
+            "Fused attention (and the torch path on the CPU) reads cache slots up to the last position only, "
+            "so costs follow the context."
+            if "torch" not in (target_info["kernels"], draft_info["kernels"]) or placement == "cpu"
+            else "The torch path on a GPU attends over all static-cache slots (setup.cache_slots), so its costs "
+            "depend on the cache size more than on the context: measure with the cache size your runs use."
         ),
     ]
     if "synthetic" in (target_info["weights"], draft_info["weights"]):

@@ -107,6 +107,42 @@ def ancestor_bits(parents: tuple[int, ...]) -> list[int]:
     return words
 
 
+def verify_tables(parents: tuple[int, ...], rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row r of a tree verify [f, nodes, pads] (`rows` + 1 of them): its rotation offset from p
+    (f 0, a node its depth) and its ancestor word (0: a causal row)."""
+    nodes = len(parents)
+    rope = torch.arange(rows + 1, device=device)
+    rope[1 : nodes + 1] = torch.tensor(node_depths(parents), dtype=torch.long, device=device)
+    bits = torch.zeros(rows + 1, dtype=torch.long, device=device)
+    bits[1 : nodes + 1] = torch.tensor(ancestor_bits(parents), dtype=torch.long, device=device)
+    return rope, bits
+
+
+def tree_verify_forward(dec, nodes: int, tokens, start, rope, bits) -> torch.Tensor:
+    """The target of decoder `dec` over tokens [1, n] at slots start.. (padded to its fixed width) with
+    tree attention (`verify_tables` rows; n = `nodes` + 1 starts at f, n = `nodes` at the first node)
+    -> its argmax after each real row [n] (its distributions [n, V] when sampling)."""
+    n = tokens.shape[1]
+    if dec.rows:
+        tokens = F.pad(tokens, (0, dec.rows - n))
+    width = tokens.shape[1]
+    slots = start + dec.positions[:width]
+    base = (start + 1 if n == nodes + 1 else start).view(1)  # the first node's slot
+    hidden = dec.target.forward_hidden(tokens, slots, (base - 1 + rope[:width], bits[:width], base))
+    return dec._pick(hidden[0, :n])
+
+
+def tree_body_forward(model, tokens, slots, rope, bits, base) -> torch.Tensor:
+    """A draft body over frontier nodes [1, w] at their slots, with tree attention -> hidden [w, d]."""
+    return model.forward_hidden(tokens, slots, (rope, bits, base))[0]
+
+
+def frontier_inputs(tokens, fed, p, depths, bits) -> tuple:
+    """`tree_body_forward`'s inputs for the nodes `fed` (tokens [w]) of a round rooted at slot p, given
+    every node's depth and ancestor word."""
+    return tokens.view(1, -1), p + 1 + fed, p + depths[fed], bits[fed], p + 1
+
+
 class TreeRounds:
     """A decoder's static tree: the device tables, the draft forwards per depth, the tree verify and
     the accept-and-compact step. `dec` is the model.decoder.Decoder that owns it."""
@@ -120,12 +156,7 @@ class TreeRounds:
         self.parents = torch.tensor([max(p, 0) for p in parents], device=target)
         self.from_root = torch.tensor([p == ROOT for p in parents], device=target)
         self.depths = torch.tensor(depths, device=target)
-        # row r of the target's tree forward: rotation offset from p, and ancestor word (0: causal rows)
-        rows = dec.rows or self.nodes + 1
-        self.verify_rope = torch.arange(rows + 1, device=target)
-        self.verify_rope[1 : self.nodes + 1] = self.depths
-        self.verify_bits = torch.zeros(rows + 1, dtype=torch.long, device=target)
-        self.verify_bits[1 : self.nodes + 1] = torch.tensor(bits, device=target)
+        self.verify_rope, self.verify_bits = verify_tables(parents, dec.rows or self.nodes + 1, target)
         # per node, its ancestors at depths 1..D (itself last); padded with the node itself
         table = [list(ancestors(parents, i)) for i in range(self.nodes)]
         self.path_table = torch.tensor([row + [row[-1]] * (self.depth - len(row)) for row in table], device=target)
@@ -163,8 +194,7 @@ class TreeRounds:
 
     # --- graph-captured functions ---------------------------------------------------------------
     def _tree_body_fn(self, tokens, slots, rope, bits, base):
-        """Draft body over frontier nodes [1, w] at their slots, with tree attention -> hidden [w, d]."""
-        return self.dec.draft.forward_hidden(tokens, slots, (rope, bits, base))[0]
+        return tree_body_forward(self.dec.draft, tokens, slots, rope, bits, base)
 
     def _children_fn(self, hidden, pos, head, k):
         """Top-k children [w, k] of each fed node; acceptance control replaces them (real cost kept)."""
@@ -173,16 +203,7 @@ class TreeRounds:
         return children if control is None else control.propose_children(children, pos)
 
     def _verify_fn(self, tokens, start, rope, bits):
-        """The target over tokens [1, n] at slots start.. (padded to the decoder's fixed width) with
-        tree attention -> its argmax after each real row [n] (its distributions [n, V] when sampling)."""
-        dec, n = self.dec, tokens.shape[1]
-        if dec.rows:
-            tokens = F.pad(tokens, (0, dec.rows - n))
-        width = tokens.shape[1]
-        slots = start + dec.positions[:width]
-        base = (start + 1 if n == self.nodes + 1 else start).view(1)  # the first node's slot
-        hidden = dec.target.forward_hidden(tokens, slots, (base - 1 + rope[:width], bits[:width], base))
-        return dec._pick(hidden[0, :n])
+        return tree_verify_forward(self.dec, self.nodes, tokens, start, rope, bits)
 
     def capture(self) -> None:
         """Every graph a round uses, with dummy inputs (their cache writes are rewritten before read)."""
@@ -205,8 +226,7 @@ class TreeRounds:
         return self.dec.clock.phase(phase, self.dec.draft_device)
 
     def _frontier(self, tokens: torch.Tensor, fed: torch.Tensor, p: torch.Tensor) -> tuple:
-        """The tree body's inputs for the nodes `fed` with tokens [w] in a round rooted at p."""
-        return tokens.view(1, -1), p + 1 + fed, p + self.depths_on_draft[fed], self.bits_on_draft[fed], p + 1
+        return frontier_inputs(tokens, fed, p, self.depths_on_draft, self.bits_on_draft)
 
     # --- a round ----------------------------------------------------------------------------------
     def propose(self, run):

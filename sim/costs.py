@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from contracts import UsageError
 from contracts.heads import parse_head
-from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, cost_grid
+from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, TREE_ATTENTION_COSTS, cost_grid
 
 from .heads import HeadCosts
 
@@ -116,18 +116,14 @@ class Costs:
         so the target forward costs the same for every token count up to it. `heads`: the profile's
         heads section, which costs every head spec of the kinds it holds (sim/heads.py)."""
         parsed = {}
+        padded = ("target.forward_ms", TREE_ATTENTION_COSTS["target.forward_ms"])  # the fixed-width forwards
         for group, names in REQUIRED_COSTS.items():
             for name in names:
-                flat = {"n_tokens": fixed_width} if (group, name) == ("target", "forward_ms") and fixed_width else None
-                parsed[f"{group}.{name}"] = Cost.parse(
-                    regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}", flat
-                )
+                parsed[f"{group}.{name}"] = self._parse(regime, where, group, name, padded, fixed_width)
         for group, names in OPTIONAL_COSTS.items():
             for name in names:
                 if name in regime[group]:
-                    parsed[f"{group}.{name}"] = Cost.parse(
-                        regime[group][name], f"{where}.{group}.{name}", f"{group}.{name}"
-                    )
+                    parsed[f"{group}.{name}"] = self._parse(regime, where, group, name, padded, fixed_width)
         self.named = parsed
         self.verify = parsed["target.forward_ms"]
         self.target_prefill = parsed["target.prefill_ms"]
@@ -143,7 +139,16 @@ class Costs:
         self.lookup = parsed.get("draft.lookup_ms")  # the drafters' costs, where the profile measured them
         self.early_exit_body = parsed.get("draft.early_exit_body_ms")
         self.early_exit_head = parsed.get("draft.early_exit_head_ms")
+        # a tree round's verify and frontier steps under the tree rule, where the profile measured them
+        self.tree_verify = parsed.get(TREE_ATTENTION_COSTS["target.forward_ms"], self.verify)
+        self.tree_body = parsed.get(TREE_ATTENTION_COSTS["draft.body_ms"], self.draft_body)
         self.head_table = HeadCosts(heads)
+
+    @staticmethod
+    def _parse(regime: dict, where: str, group: str, name: str, padded: tuple, fixed_width: int | None) -> Cost:
+        path = f"{group}.{name}"
+        flat = {"n_tokens": fixed_width} if path in padded and fixed_width else None
+        return Cost.parse(regime[group][name], f"{where}.{path}", path, flat)
 
     def check_drafters(self, drafters: tuple[str, ...]) -> None:
         """UsageError unless the profile carries the costs of every drafter in `drafters`."""

@@ -64,7 +64,8 @@ def sampled_costs(
         raise UsageError(f"{where}: sampling.costs verify tables need the n_tokens axis")
     sampled = copy.copy(costs)
     sampled.named = {**costs.named, **{f"sampling.{name}": cost for name, cost in parsed.items()}}
-    sampled.verify = SampledForward(costs.verify, parsed["verify_greedy_ms"], parsed["verify_sampled_ms"])
+    extra = parsed["verify_greedy_ms"], parsed["verify_sampled_ms"]
+    sampled.verify, sampled.tree_verify = (SampledForward(c, *extra) for c in (costs.verify, costs.tree_verify))
     if heads:
         sampled.head_dense, sampled.head_flashhead = parsed["head_dense_ms"], parsed["head_flashhead_ms"]
         sampled.head_table = _sampled_head_table(costs.head_table, section.get(SAMPLED_HEAD_KINDS, {}), regime, notes)

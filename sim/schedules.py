@@ -29,7 +29,7 @@ from contracts.trees import TreeShape
 
 from .acceptance import Generation, leading_accepts
 from .costs import Costs
-from .trees import cursor_tokens, draft_points, verify_tokens
+from .trees import cursor_tokens, draft_points, is_tree, verify_tokens
 
 
 @dataclass(frozen=True)
@@ -227,8 +227,9 @@ class SimulatedRun:
 
     def target_forward(self, name: str, n_tokens: int, context: int, phase: str | None = None):
         """`Decoder.verify` (name "verify") or a standalone one (name "append": `Decoder.append`, and
-        the baseline's forwards, which the decoder charges to the verify phase)."""
-        c = self.costs.verify
+        the baseline's forwards, which the decoder charges to the verify phase). A tree decoder runs
+        every target forward with the tree rule's attention (`Costs.tree_verify`), its appends too."""
+        c = self.costs.tree_verify if is_tree(self.config.tree) else self.costs.verify
         device_ms, host_ms = self._cost(
             ("target", n_tokens, context),
             lambda: (c.device_ms(n_tokens=n_tokens, context=context), c.host_ms(n_tokens=n_tokens, context=context)),
@@ -323,8 +324,9 @@ class SimulatedRun:
         """The timeline's pieces of `draft_steps` (`points`: its steps, context, first_tokens, chain): body,
         then head, per step, (name, device_ms, host_ms)."""
         body, head_ms = self._drafter_costs(drafter, points[0], shift)
+        bodies = self._step_bodies(body, points, drafter)
         pieces = []
-        for (n, c), (head_device, head_host) in zip(self._draft_points(*points), head_ms):
+        for (n, c), body, (head_device, head_host) in zip(self._draft_points(*points), bodies, head_ms):
             pieces += [
                 ("draft_body", body.device_ms(n_tokens=n, context=c), body.host_ms(n_tokens=n, context=c)),
                 ("draft_head", head_device, head_host),
@@ -333,10 +335,17 @@ class SimulatedRun:
 
     def _draft_cost(self, points: tuple, drafter: str, shift: int):
         body, head_ms = self._drafter_costs(drafter, points[0], shift)
-        points = self._draft_points(*points)
-        body_ms = sum(body.device_ms(n_tokens=n, context=c) for n, c in points)
-        host_ms = sum(body.host_ms(n_tokens=n, context=c) for n, c in points)
+        steps = list(zip(self._step_bodies(body, points, drafter), self._draft_points(*points)))
+        body_ms = sum(body.device_ms(n_tokens=n, context=c) for body, (n, c) in steps)
+        host_ms = sum(body.host_ms(n_tokens=n, context=c) for body, (n, c) in steps)
         return body_ms, sum(d for d, _ in head_ms), host_ms + sum(h for _, h in head_ms)
+
+    def _step_bodies(self, body, points: tuple, drafter: str) -> list:
+        """Each step's body cost: after a tree round's root step, its frontier steps run under the tree rule
+        (`Costs.tree_body`)."""
+        steps, _, _, chain = points
+        frontier = drafter == "draft-model" and not chain and is_tree(self.config.tree)
+        return [body] + [self.costs.tree_body if frontier else body] * (steps - 1)
 
     def prefill(self, generation: Generation, with_draft: bool):
         """The prefills up to the first token (TTFT). On two devices the draft's prefill runs beside the

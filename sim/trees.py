@@ -233,7 +233,12 @@ def verify_tokens(tree: TreeShape | None, K: int) -> int:
     return tree.node_count if tree is not None else K
 
 
+def is_tree(tree: TreeShape | None) -> bool:
+    """Whether rounds draft a tree (the decoder's TreeRounds), not a chain (`--tree chain` included)."""
+    return tree is not None and tree.label != "chain"
+
+
 def cursor_tokens(tree: TreeShape | None) -> int:
     """The tokens of the copy to the draft after a round: the cursor (prev, f, p), and with a tree the
     accepted path's cache moves (target sources, destinations, draft sources: 3 x depth)."""
-    return 3 if tree is None or tree.label == "chain" else 3 + 3 * tree.depth
+    return 3 + 3 * tree.depth if is_tree(tree) else 3

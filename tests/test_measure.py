@@ -66,6 +66,14 @@ def test_profile_meets_the_contract_sim_reads(measured):
     assert sorted({p["n_tokens"] for p in forward}) == [1, 2, 3, 4, 5, 7]  # K_max + 2 = 5, and the tree widths
     body = raw["regimes"]["eager"]["draft"]["body_ms"]["points"]
     assert sorted({p["n_tokens"] for p in body}) == [1, 2, 3, 4, 7, 8, 16, 32, 64]  # and the catch-up widths
+    # under the tree rule: every target forward of a tree decoder, and the draft's frontiers of the tree widths
+    tree_forward = raw["regimes"]["eager"]["target"]["tree_forward_ms"]["points"]
+    assert sorted((p["n_tokens"], p["context"]) for p in tree_forward) == sorted(
+        (p["n_tokens"], p["context"]) for p in forward
+    )
+    tree_body = raw["regimes"]["eager"]["draft"]["tree_body_ms"]["points"]
+    assert sorted((p["n_tokens"], p["context"]) for p in tree_body) == [(3, 16), (3, 48), (7, 16), (7, 48)]
+    assert all(p["median_ms"] > 0 for p in tree_forward + tree_body)
     assert [p["probes"] for p in raw["regimes"]["eager"]["draft"]["head_flashhead_ms"]["points"]] == [1, 2, 8, 32]
     agreement = raw["flashhead"]["agreement"]
     assert agreement["probes"] == [1, 2, 8, 32] and agreement["synthetic"] is True

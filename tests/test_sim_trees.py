@@ -5,13 +5,14 @@ import copy
 import itertools
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from contracts import UsageError
 from contracts.profile import check_profile
-from contracts.trees import parse_tree
+from contracts.trees import chain_shape, parse_tree
 from sim.__main__ import main
 from sim.acceptance import Generation, leading_accepts
 from sim.costs import Costs
@@ -182,6 +183,39 @@ def test_a_tree_round_drafts_its_frontiers_and_verifies_every_node():
         assert draft_tokens[:3] == [2, 3, 6]  # [prev, f], then the 3 depth-1 nodes, then the 6 depth-2 nodes
         verifies = {tokens for name, _, tokens in result["events"] if name == "verify"}
         assert verifies == {shape.node_count + extra}
+
+
+def test_a_tree_round_reads_its_verify_and_frontier_steps_from_the_tree_rule_tables():
+    """A profile with the tree rule's own tables (python -m measure --tree-widths): a tree decoder's every
+    target forward (verifies and appends) and its frontier steps cost what they say; its root step and a
+    chain's round what the causal ones say."""
+    profile = tree_profile()
+    regime = profile["regimes"]["eager"]
+    widths = (1, 2, 3, 4, 8, 16, 33, 65)
+    regime["target"]["tree_forward_ms"] = {
+        "points": [dict(timing(15.0 + 0.05 * n), n_tokens=n, context=8) for n in widths]
+    }
+    regime["draft"]["tree_body_ms"] = {"points": [dict(timing(3.0 + 0.01 * n), n_tokens=n, context=8) for n in widths]}
+    check_profile(profile, "test")
+    with_tables, without = Costs(regime, "test"), Costs(tree_profile()["regimes"]["eager"], "test")
+    shape = parse_tree("3x2x1")
+    source = TreeAcceptance(shape, cumulative(RATES), "test")
+    generation = [Generation("g", 8, 40)]
+    for schedule in ("ordinary", "deferred"):
+        config = Config(schedule, "dense", shape.depth, 4, "one-gpu", tree=shape)
+        tree = simulate(with_tables, config, source, generation, ceiling=False)
+        causal = simulate(without, config, source, generation, ceiling=False)
+        assert tree["rounds"] == causal["rounds"] and tree["verify_calls"] == causal["verify_calls"]
+        extra_target = sum(tree["phase_ms"][p] - causal["phase_ms"][p] for p in ("verify", "finalize"))
+        assert extra_target == pytest.approx(5.0 * (tree["verify_calls"] + tree["append_calls"]))
+        extra_body = tree["phase_ms"]["draft_body"] - causal["phase_ms"]["draft_body"]
+        assert extra_body == pytest.approx(1.0 * (shape.depth - 1) * tree["rounds"])  # the root step stays causal
+    chain = replace(chain_shape(3), label="chain")
+    config = Config("deferred", "dense", 3, 4, "one-gpu", tree=chain)
+    chain_source = TreeAcceptance(chain, cumulative(RATES), "test")
+    assert simulate(with_tables, config, chain_source, generation, ceiling=False)["phase_ms"] == pytest.approx(
+        simulate(without, config, chain_source, generation, ceiling=False)["phase_ms"]
+    )
 
 
 def test_dynamic_trees_are_approximated_by_their_best_nodes():

@@ -7,12 +7,14 @@ Timings are never asserted."""
 import csv
 import json
 import math
+import re
 import statistics
 
 import pytest
 import torch
 
 from contracts import UsageError
+from contracts.profile import TREE_ATTENTION_COSTS
 from contracts.trace import read_summary
 from contracts.trees import parse_tree
 from model.acceptance_control import AcceptanceControl
@@ -96,7 +98,13 @@ TINY += ["--n-prompts", "1", "--max-new-tokens", "8", "--schedules", "deferred",
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trees")
-    (folder / "profile.json").write_text(json.dumps(profile_for(12)))
+    profile = profile_for(12)
+    regime = profile["regimes"]["eager"]
+    regime["target"]["tree_forward_ms"] = {
+        "points": [dict(timing(12.0 + n), n_tokens=n, context=8) for n in range(1, 13)]
+    }
+    regime["draft"]["tree_body_ms"] = {"points": [dict(timing(2.0 + n), n_tokens=n, context=8) for n in range(1, 13)]}
+    (folder / "profile.json").write_text(json.dumps(profile))
     out = folder / "report"
     args = ["--profile", str(folder / "profile.json"), "--trees", "chain,2x1,dynamic:2,4,2", "--acceptance", "a=0.6"]
     assert main(TINY + args + ["--out", str(out)]) == 0
@@ -118,6 +126,13 @@ def test_every_tree_is_run_replayed_and_ruled(validated):
             assert float(row["control_rule_tok_s"]) > 0 and 0 <= float(row["control_rule_mean_accepted"]) <= 2
     report = (validated / "report" / "report.md").read_text()
     assert "## Token trees: acceptance predicted from the control's rule" in report
+    # a calibration's scale of a causal cost scales its tree-rule pair too
+    calibrations = [line for line in report.splitlines() if line.startswith("- Calibration:")]
+    assert len(calibrations) == 1 and "target.tree_forward_ms x" in calibrations[0]
+    for group in calibrations[0].split("; "):
+        scales = dict(re.findall(r"(\S+_ms) x([0-9.]+)", group))
+        for causal, tree in TREE_ATTENTION_COSTS.items():
+            assert scales.get(tree) == scales.get(causal), group
     assert "every recorded generation equals the target's greedy reference token for token" in report
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts.names import REGIME_OF_GRAPHS_FLAG
+from contracts.profile import TREE_ATTENTION_COSTS
 from sim.profile import load_profile
 from sim.sampling_costs import sampled_head_cost_path
 
@@ -63,11 +64,11 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
+    regime, profile = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"], load_profile(str(profile_path))
     sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
     if sampled:  # a tree's draft ranks its children: it pays the greedy head (sim/sampled_trees.py)
-        regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
         chains = all(config.tree == "chain" for config, *_ in records)
-        head_path = sampled_head_cost_path(load_profile(str(profile_path)).raw, regime, head, chains)
+        head_path = sampled_head_cost_path(profile.raw, regime, head, chains)
     else:
         head_path = head_cost_path(profile_path, head, HEAD_COSTS)
     phases = {**PHASES_OF_COST, head_path: ("draft_head",)}
@@ -76,6 +77,9 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
         m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)
         if m > 0 and p > 0:
             scales[path] = m / p
+    for path, tree_path in TREE_ATTENTION_COSTS.items():  # the same forwards under the tree rule share the phase
+        if path in scales and tree_path in profile.costs[regime].named:
+            scales[tree_path] = scales[path]
     return scales
 
 
