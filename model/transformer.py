@@ -169,10 +169,10 @@ class Attention(nn.Module):
         self.register_buffer("k_cache", None, persistent=False)  # allocated by setup_cache
         self.register_buffer("v_cache", None, persistent=False)
 
-    def setup_cache(self, max_seq_len: int, device: torch.device, dtype: torch.dtype) -> None:
-        shape = (1, self.n_kv_heads, max_seq_len, self.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+    def use_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        """This layer's caches [1, n_kv_heads, max_seq_len, head_dim]: views into the model's `kv_caches`."""
+        self.register_buffer("k_cache", k_cache, persistent=False)
+        self.register_buffer("v_cache", v_cache, persistent=False)
 
     def forward(self, x, pos, cos, sin, mask) -> torch.Tensor:
         n = x.shape[1]
@@ -269,11 +269,16 @@ class Transformer(nn.Module):
     ) -> None:
         """Allocates zeroed K/V caches, RoPE tables and slot indices for positions < max_seq_len on
         `device` in `dtype` (the model's, by default). Replaces any earlier cache, so graphs
-        captured before must be captured again."""
+        captured before must be captured again. Every layer's K and V cache is a view into one tensor,
+        `kv_caches` [layers, 2, 1, n_kv_heads, max_seq_len, head_dim], so that moving slots in all of
+        them (a tree round's compaction, model/tree_rounds.py) is one copy, not four per layer."""
         device = torch.device(device) if device is not None else self.embed_tokens.weight.device
         dtype = dtype or self.embed_tokens.weight.dtype
-        for layer in self.layers:
-            layer.self_attn.setup_cache(max_seq_len, device, dtype)
+        first = self.layers[0].self_attn
+        shape = (len(self.layers), 2, 1, first.n_kv_heads, max_seq_len, first.head_dim)
+        self.register_buffer("kv_caches", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+        for layer, (k_cache, v_cache) in zip(self.layers, self.kv_caches):
+            layer.self_attn.use_cache(k_cache, v_cache)
         self.register_buffer("slots", torch.arange(max_seq_len, device=device), persistent=False)
         tickets = fused_ops.attention_tickets(self.config.n_heads, self.config.n_kv_heads, device)
         self.register_buffer("attention_tickets", tickets, persistent=False)
