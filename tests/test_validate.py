@@ -399,3 +399,26 @@ def test_a_shortlist_head_is_run_measured_into_the_profile_and_predicted(tmp_pat
     rows = {r["configuration"]: r for r in csv.DictReader((out / "results.csv").open())}
     for name in ("ordinary-shortlist:64,32-K2", "deferred-shortlist:64,32-K2"):
         assert float(rows[name]["measured_tok_s"]) > 0 and float(rows[name]["predicted_tok_s"]) > 0
+
+
+@pytest.mark.parametrize("wrong_references", [False, True])
+def test_uncontrolled_greedy_runs_are_checked_against_the_targets_reference(
+    validated, tmp_path, monkeypatch, wrong_references
+):
+    """Without acceptance control (real checkpoints run so) every greedy generation is still compared
+    with the target's greedy reference; references made wrong (the control) are reported, not passed."""
+    from validate import pipeline
+
+    if wrong_references:
+        real = pipeline.references
+        monkeypatch.setattr(
+            pipeline, "references", lambda *a: {pid: [t + 1 for t in ref] for pid, ref in real(*a).items()}
+        )
+    out = tmp_path / "report"
+    argv = ["--profile", str(validated / "profile.json"), "--schedules", "deferred", "--heads", "dense", "--K", "2"]
+    assert main(TINY + argv + ["--acceptance", "none", "--out", str(out)]) == 0
+    outputs = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("- Outputs:")]
+    if wrong_references:
+        assert outputs and "**NOT exact**" in outputs[0] and "deferred-dense-K2 81" in outputs[0]
+    else:
+        assert outputs == ["- Outputs: every recorded generation equals the target's greedy reference token for token"]

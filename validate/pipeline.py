@@ -161,7 +161,7 @@ def run(args) -> Path:
         nodes=rows - 1,
     )
     control = control_for(pair, base_control(args.acceptance))
-    checked = control is not None and args.sampling.greedy  # outputs checked against the references
+    checked = args.sampling.greedy  # outputs checked against the references, with or without control
     if control is not None:  # the default control of synthetic weights too
         sampling_settings(args.temperature, args.top_k, args.top_p, args.seed, control.spec)
     for head in heads:
@@ -454,7 +454,8 @@ def _decode_all(
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head, c.tree) for c in configs})
-    reference_sets = len({c.tree == "chain" for c in configs}) if base else 0
+    needs_references = base is not None or args.sampling.greedy  # control binds to them; greedy is checked
+    reference_sets = len({c.tree == "chain" for c in configs}) if needs_references else 0
     total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + reference_sets * (len(work.prompts) + 1)
     with Progress(total, "validate", "gen") as progress:
         for (K, head_kind, tree), group in itertools.groupby(configs, key=lambda c: (c.K, c.head, c.tree)):
@@ -465,7 +466,7 @@ def _decode_all(
             dec = pair.decoder(
                 head, K or first_K, graphs, control, sampling=args.sampling, tree=parse_tree(tree), min_rows=rows
             )
-            if control is not None and dec.split_kv not in refs_by_attention:
+            if needs_references and dec.split_kv not in refs_by_attention:
                 progress.note("target references")
                 refs = references(dec, work, reference_len)
                 refs[calibration_prompt.id] = dec.reference(calibration_ids, reference_len)

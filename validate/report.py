@@ -67,8 +67,8 @@ class Result:
 
 
 def _exactness(inexact: list[str] | None) -> list[str]:
-    """The outputs line: whether every recorded greedy generation under acceptance control equals the
-    target's reference (none: not known, e.g. sampled, uncontrolled or predicted again from runs)."""
+    """The outputs line: whether every recorded greedy generation equals the target's reference (none:
+    not known, e.g. sampled or predicted again from runs)."""
     if inexact is None:
         return []
     if not inexact:
