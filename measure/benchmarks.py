@@ -21,7 +21,7 @@ from model.flashhead import Clustering
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded
-from model.prompt_lookup import lookup
+from model.prompt_lookup import LookupSearch
 from model.tree_rounds import ancestor_bits, frontier_inputs, tree_body_forward, tree_verify_forward, verify_tables
 
 from .timing import summarize, time_op
@@ -193,20 +193,19 @@ def tree_costs(b: Bench, graphs: bool) -> tuple[dict, dict]:
 
 def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     """The other drafters' costs, on the target's device where they run: prompt lookup's search over
-    the prompt and output buffer (eager, as the decoder runs it: the concatenation included) at each
-    context, for K_max proposals; and with `settings.early_exit_layers` the early-exit draft's body
-    over 1 and 2 new tokens at each context and the target's dense head."""
+    the prompt and output buffer (as the decoder runs it, model/prompt_lookup.LookupSearch: the
+    gathering copy and the search, a graph with graphs on) at each context, for K_max proposals; and
+    with `settings.early_exit_layers` the early-exit draft's body over 1 and 2 new tokens at each
+    context and the target's dense head."""
     model, device = b.target.model, b.target_device
     vocab = model.config.vocab_size
-    ngram, points = settings.lookup_ngram, []
-
-    def search(prompt, out, length):
-        return lookup(torch.cat([prompt, out]), length, b.K_max, ngram)
-
+    points = []
+    search = LookupSearch(model.max_seq_len + b.K_max + 2, device, settings.lookup_ngram, graphs)
     for context in b.contexts:
         length = torch.tensor([context], device=device)
         inputs = [
-            (t[0, : context // 2], t[0, context // 2 :], length) for t in b.tokens(context + b.K_max + 2, device, vocab)
+            (t[0, : context // 2], t[0, context // 2 :], length, b.K_max)
+            for t in b.tokens(context + b.K_max + 2, device, vocab)
         ]
         points.append({"context": context, **b.time(search, inputs, device)})
         b.tick(f"prompt lookup ctx={context}")

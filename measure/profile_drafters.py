@@ -52,21 +52,24 @@ def check_setup(profile: dict, early_exit_from_draft: bool) -> dict:
     return setup
 
 
-def lookup_costs(setup: dict, ngram: int, reps: int, warmup: int) -> dict:
-    """Prompt lookup's search on the profile's target, at its contexts, as `python -m measure` times it."""
+def lookup_costs(setup: dict, ngram: int, reps: int, warmup: int, regimes) -> dict:
+    """Prompt lookup's search on the profile's target, at its contexts, as `python -m measure` times it,
+    per regime of `regimes` (graphs: its search replayed as a CUDA graph)."""
     device = torch.device("cpu" if setup.get("placement", "cpu") == "cpu" else "cuda:0")
     contexts, proposals = list(setup["context_lengths"]), setup["k_max"]
     target = load_model(
         setup["target"]["name"], device, setup["target"].get("dtype"), max_seq_len=max(contexts) + proposals + 8
     )
     bench = Bench(target, None, device, device, contexts, [], proposals, [], None, reps, warmup, lambda what: None)
-    return drafter_costs(bench, False, SimpleNamespace(lookup_ngram=ngram, early_exit_layers=None))["lookup_ms"]
+    settings = SimpleNamespace(lookup_ngram=ngram, early_exit_layers=None)
+    return {regime: drafter_costs(bench, regime == "graphs", settings)["lookup_ms"] for regime in regimes}
 
 
 def with_drafters(profile: dict, lookup: dict, ngram: int, reps: int, early_exit_from_draft: bool) -> dict:
-    for regime in profile["regimes"].values():
+    """`lookup`: prompt lookup's cost per regime (`lookup_costs`)."""
+    for name, regime in profile["regimes"].items():
         draft = regime["draft"]
-        draft["lookup_ms"] = lookup
+        draft["lookup_ms"] = lookup[name]
         if early_exit_from_draft:
             draft["early_exit_body_ms"] = draft["body_ms"]
             draft["early_exit_head_ms"] = draft["head_dense_ms"]
@@ -98,7 +101,7 @@ def main(argv=None) -> int:
         check_output_file(Path(args.out), "--out")
         profile = read_profile(args.profile)
         setup = check_setup(profile, args.early_exit_from_draft)
-        lookup = lookup_costs(setup, args.lookup_ngram, args.reps, args.warmup)
+        lookup = lookup_costs(setup, args.lookup_ngram, args.reps, args.warmup, profile["regimes"])
         added = with_drafters(profile, lookup, args.lookup_ngram, args.reps, args.early_exit_from_draft)
         write_profile(args.out, added)
         print(f"wrote {args.out}")

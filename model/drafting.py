@@ -32,7 +32,7 @@ from contracts.policies import CATCH_UP_WIDTHS, Arm, Policy, catch_up_widths, ma
 from model.decoder import Proposals
 from model.graphs import GraphedCall
 from model.heads import DenseHead
-from model.prompt_lookup import lookup
+from model.prompt_lookup import LookupSearch
 from model.step_heads import StepHead
 
 
@@ -46,6 +46,7 @@ class Drafting:
             raise UsageError(f"prompt lookup's max_matching_ngram_size must be >= 1, got {lookup_ngram}")
         self.policy, self.early, self.lookup_ngram = policy, early, lookup_ngram
         self.lookup_control = lookup_control
+        self.search: LookupSearch | None = None  # prompt lookup's, where an arm plays it (attach)
         self.started = 0.0
 
     def attach(self, dec, graphs: bool) -> Drafting:
@@ -63,6 +64,9 @@ class Drafting:
                 raise UsageError(f"arm {arm.label()}: the decoder has no draft model")
             if arm.drafter == "early-exit" and self.early is None:
                 raise UsageError(f"arm {arm.label()}: no early-exit draft was given")
+        if any(arm.drafter == "prompt-lookup" for arm in self.policy.arms):  # a context of prompt + output buffer
+            capacity = dec.target.max_seq_len + dec.K + 2
+            self.search = LookupSearch(capacity, dec.target_device, self.lookup_ngram, graphs)
         if self.early is not None:
             self.head = DenseHead(dec.target.head_weight)
             dec.steppers["early-exit"] = (
@@ -82,6 +86,8 @@ class Drafting:
         for n in range(2, self.dec.K + 1):
             self.dec.target_forward(torch.zeros(1, n, dtype=torch.long, device=self.dec.target_device), start)
         played = {arm.drafter for arm in self.policy.arms}
+        for K in sorted({arm.K for arm in self.policy.arms if arm.drafter == "prompt-lookup"}):
+            self.search(start, start, start + 1, K)  # a one-token context: every generation rewrites it
         models = {"draft-model": self.dec.draft, "early-exit": self.early}
         for drafter in sorted(played - {"prompt-lookup"}):
             body, heads, device, _ = self.dec.steppers[drafter]
@@ -135,7 +141,7 @@ class Drafting:
         if arm.drafter == "prompt-lookup":
             dec._event("lookup", "target", arm.K)
             with dec.clock.phase("draft_body", dec.target_device):
-                tokens = lookup(torch.cat([run.prompt, run.out]), run.n + run.prompt_len, arm.K, self.lookup_ngram)
+                tokens = self.search(run.prompt, run.out, run.n + run.prompt_len, arm.K)
                 if self.lookup_control is not None:  # the proposals for positions p + 1 .. p + K
                     tokens = self.lookup_control.propose(tokens, run.cursor[2:3] + 1 + dec.positions[: arm.K])
                 return Proposals(tokens)

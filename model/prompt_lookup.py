@@ -9,16 +9,21 @@ Our blocks have a fixed size K (fixed shapes, CUDA graphs), so where that gives 
 context's last token. The filler is only a proposal: verification keeps the output exact.
 
 `lookup` runs on a fixed-size token buffer with the valid length as a device tensor: every n-gram
-size and every start is compared at once, so the host never waits for it. `lookup_reference` is the
+size and every start is compared at once, so the host never waits for it. `LookupSearch` is how a
+drafter runs it: the context gathered into one buffer of fixed capacity, and the search replayed as
+one CUDA graph per K. `lookup_reference` is the
 same rule in plain Python (the tests hold them equal); `match_runs` uses it to record, for every
 output position, how many proposals a block begun there would have had accepted (the trace's `runs`).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from contracts.trace import RUN_CAP
+from model.graphs import GraphedCall
 
 
 def lookup(tokens: torch.Tensor, length: torch.Tensor, K: int, max_ngram: int) -> torch.Tensor:
@@ -37,6 +42,30 @@ def lookup(tokens: torch.Tensor, length: torch.Tensor, K: int, max_ngram: int) -
     positions = best_start + torch.arange(K, device=tokens.device)
     valid = (best_start >= 0) & (positions < length)
     return torch.where(valid, tokens[positions.clamp(0, capacity - 1)], tokens[last])
+
+
+class LookupSearch:
+    """Prompt lookup as the decoder runs it: the prompt and the output buffer gathered into one context
+    buffer of fixed capacity (one copy), then `lookup` over the whole buffer (slots past the context's
+    length are masked), replayed as one CUDA graph per K with graphs on. Launched op by op, its 25 or
+    so small kernels cost 0.7-1.3 ms a round on an H200's host, varying with the host's speed in
+    stretches of rounds (reports/policies/README.md)."""
+
+    def __init__(self, capacity: int, device, max_ngram: int, graphs: bool):
+        self.context = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.max_ngram, self.graphs = max_ngram, graphs
+        self._searches: dict[int, GraphedCall] = {}
+
+    def __call__(self, prompt: torch.Tensor, out: torch.Tensor, length: torch.Tensor, K: int) -> torch.Tensor:
+        """K proposals for the context prompt + out[: length - len(prompt)] (`length` a [1] device tensor)."""
+        n = prompt.numel() + out.numel()
+        if n > self.context.numel():
+            raise ValueError(f"prompt lookup: a context of {n} tokens exceeds its buffer of {self.context.numel()}")
+        torch.cat([prompt, out], out=self.context[:n])
+        if K not in self._searches:
+            search = partial(lookup, self.context, K=K, max_ngram=self.max_ngram)
+            self._searches[K] = GraphedCall(search, enabled=self.graphs)
+        return self._searches[K](length).clone()  # the graph's output is rewritten by its next replay
 
 
 def lookup_reference(context: list[int], K: int, max_ngram: int) -> list[int]:

@@ -1,11 +1,12 @@
-"""Prompt lookup: the device's vectorized search equals Hugging Face's loop (lookup_reference), and
-the match runs recorded for the trace are the leading agreements of each block."""
+"""Prompt lookup: the device's vectorized search equals Hugging Face's loop (lookup_reference), also
+as the decoder runs it (LookupSearch: prompt and output gathered into a reused buffer), and the match
+runs recorded for the trace are the leading agreements of each block."""
 
 import random
 
 import torch
 
-from model.prompt_lookup import lookup, lookup_reference, match_runs
+from model.prompt_lookup import LookupSearch, lookup, lookup_reference, match_runs
 
 
 def test_device_lookup_equals_the_reference_loop():
@@ -22,6 +23,22 @@ def test_device_lookup_equals_the_reference_loop():
         assert got == lookup_reference(context, K, G), (context, K, G)
         checked += 1
     assert checked == 300
+
+
+def test_the_decoders_search_over_its_reused_buffer_equals_the_reference_loop():
+    """Contexts of every length one after another through one LookupSearch: what an earlier, longer
+    context left in the buffer past the current length never reaches a proposal."""
+    rng = random.Random(1)
+    search = LookupSearch(64, torch.device("cpu"), max_ngram=3, graphs=False)
+    for _ in range(200):
+        vocab = rng.choice([2, 3, 5, 50])
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        out = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        emitted = rng.randint(0, len(out))  # the output buffer holds more than has been emitted
+        K = rng.randint(1, 6)
+        length = torch.tensor([len(prompt) + emitted])
+        got = search(torch.tensor(prompt), torch.tensor(out), length, K).tolist()
+        assert got == lookup_reference(prompt + out[:emitted], K, 3), (prompt, out, emitted, K)
 
 
 def test_reference_examples_by_hand():
