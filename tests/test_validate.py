@@ -4,6 +4,7 @@ hand, and bad input. Timings are never asserted; only that every number exists a
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -422,3 +423,21 @@ def test_uncontrolled_greedy_runs_are_checked_against_the_targets_reference(
         assert outputs and "**NOT exact**" in outputs[0] and "deferred-dense-K2 81" in outputs[0]
     else:
         assert outputs == ["- Outputs: every recorded generation equals the target's greedy reference token for token"]
+
+
+def test_without_graphs_the_shared_models_scales_come_from_every_instance(validated):
+    """On the CPU (no captured graph per decoder instance to drift) the target's and the draft body's
+    scales pool every instance's calibration generations, so every instance has the same ones; each
+    head's scale stays its own instance's."""
+    line = next(row for row in (validated / "report.md").read_text().splitlines() if row.startswith("- Calibration:"))
+    groups = {
+        group.split(":", 1)[0].removeprefix("- Calibration: "): dict(
+            re.findall(r"(\S+_ms|heads\.cost) x([0-9.]+)", group)
+        )
+        for group in line.split("; ")
+    }
+    assert {"K2-dense", "K2-flashhead"} <= set(groups)
+    for path in ("target.forward_ms", "draft.body_ms"):
+        assert len({scales[path] for name, scales in groups.items() if name != "baseline"}) == 1, (path, groups)
+    heads = (groups["K2-dense"]["draft.head_dense_ms"], groups["K2-flashhead"]["draft.head_flashhead_ms"])
+    assert heads[0] != heads[1]

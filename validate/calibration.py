@@ -5,7 +5,12 @@ instance decodes a calibration prompt (never one of the validation prompts) unde
 `deferred`; the simulator replays those generations on the profile, pooled over the instances of one
 head (`pooled`), and each device cost is scaled by measured / predicted for its phase (target
 forwards, draft body, draft head), keeping the profile's shape over context and token count; the read
-gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). On one device
+gap is then fitted to the pool's generations of the kind predicted (`fitted_read_gap`). Without CUDA
+graphs (the CPU) no instance has graphs of its own to drift, and one prompt's two generations vary
+more than instances do (real Gemma 3 270M on this 2-core VM: 5-10% between prompts): there the target's
+and the draft body's scales pool every instance's generations (`SHARED_MODEL_COSTS`), and only the
+head's stays its instance's. Re-predicting session 12-13's real Gemma runs so moved the heads run from
+median 3.3% / max 7.9% to 2.1% / 5.1% and the trees run from 1.3% / 5.8% to 0.5% / 4.0%. On one device
 the draft's prefill is scaled the same way (`draft_prefill_ms`): it is paid once a generation, so a
 read gap fitted with it unscaled would charge its error to every round. The runs that are predicted
 never enter their own calibration."""
@@ -28,6 +33,8 @@ SCHEDULES = ("baseline", "deferred")
 # and standalone appends alike.
 PHASES_OF_COST = {"target.forward_ms": ("verify", "finalize"), "draft.body_ms": ("draft_body",)}
 HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
+# the costs of the models every decoder instance shares (its head is its own)
+SHARED_MODEL_COSTS = (*PHASES_OF_COST, *TREE_ATTENTION_COSTS.values())
 
 
 @dataclass

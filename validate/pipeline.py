@@ -36,6 +36,7 @@ from . import report
 from .acceptance_curves import base_control, head_controls
 from .calibration import SCHEDULES as CALIBRATION_SCHEDULES
 from .calibration import (
+    SHARED_MODEL_COSTS,
     Calibration,
     draft_prefill_edit,
     fitted_read_gap,
@@ -339,10 +340,14 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
     none)."""
     calibrations = {}
     gap_in_profile = bool(records) and profile_has_read_gap(profile_path, graphs)
+    every = [r for group_records in records.values() for r in group_records]
     for group, group_records in records.items():
         pool = pooled(records, group)
         head = "dense" if group == "baseline" else group.split("-", 1)[1]
         scales = scales_from(pool, head, profile_path, placement, graphs)
+        if not graphs:  # no captured graph per instance to drift: the shared models' scales from every generation
+            shared = scales_from(every, head, profile_path, placement, graphs)
+            scales.update({path: factor for path, factor in shared.items() if path in SHARED_MODEL_COSTS})
         prefill = draft_prefill_edit(pool, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
         gap = read_gap_from(pool) if gap_in_profile else None
