@@ -46,8 +46,7 @@ class Bench:
     tree_widths: tuple[int, ...] = ()  # token counts a tree's verify and draft frontier need besides the chain's
 
     def target_widths(self) -> list[int]:
-        """Token counts of the target forward: the chain's 1..K_max+2 and every tree width."""
-        return sorted(set(range(1, self.K_max + 3)) | set(self.tree_widths))
+        return target_widths(self.K_max, self.tree_widths)
 
     def tokens(self, n: int, device: torch.device, vocab: int, variants: int = 4) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(n)
@@ -55,6 +54,11 @@ class Bench:
 
     def time(self, fn, inputs, device, **kw) -> dict:
         return time_op(fn, inputs, device, reps=self.reps, warmup=self.warmup, **kw)
+
+
+def target_widths(K_max: int, tree_widths) -> list[int]:
+    """Token counts of the target forward: the chain's 1..K_max+2 and every tree width."""
+    return sorted(set(range(1, K_max + 3)) | set(tree_widths))
 
 
 def verify_widths(K_max: int, tree_widths) -> list[int]:
@@ -200,7 +204,7 @@ def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     model, device = b.target.model, b.target_device
     vocab = model.config.vocab_size
     points = []
-    search = LookupSearch(model.max_seq_len + b.K_max + 2, device, settings.lookup_ngram, graphs)
+    search = LookupSearch(model.max_seq_len, b.K_max, device, settings.lookup_ngram, graphs)
     for context in b.contexts:
         length = torch.tensor([context], device=device)
         inputs = [

@@ -34,6 +34,7 @@ from .benchmarks import (
     host_costs,
     round_host_costs,
     target_costs,
+    target_widths,
     tree_body_widths,
     tree_costs,
     verify_widths,
@@ -154,13 +155,13 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         raise UsageError(
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
         )
-    target_widths = len(set(range(1, settings.K_max + 3)) | set(settings.tree_widths))
+    forwards = len(target_widths(settings.K_max, settings.tree_widths))
     # with tree widths, the target forwards and draft frontiers again under the tree rule
-    tree_widths = target_widths + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
+    tree_points = forwards + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
     points = (
         len(regimes)
         * (
-            (target_widths + tree_widths) * len(contexts)
+            (forwards + tree_points) * len(contexts)
             + 2 * len(prompt_lengths)
             + len(contexts)
             + 1

@@ -64,9 +64,8 @@ class Drafting:
                 raise UsageError(f"arm {arm.label()}: the decoder has no draft model")
             if arm.drafter == "early-exit" and self.early is None:
                 raise UsageError(f"arm {arm.label()}: no early-exit draft was given")
-        if any(arm.drafter == "prompt-lookup" for arm in self.policy.arms):  # a context of prompt + output buffer
-            capacity = dec.target.max_seq_len + dec.K + 2
-            self.search = LookupSearch(capacity, dec.target_device, self.lookup_ngram, graphs)
+        if self.policy.plays("prompt-lookup"):
+            self.search = LookupSearch(dec.target.max_seq_len, dec.K, dec.target_device, self.lookup_ngram, graphs)
         if self.early is not None:
             self.head = DenseHead(dec.target.head_weight)
             dec.steppers["early-exit"] = (

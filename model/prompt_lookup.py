@@ -51,8 +51,10 @@ class LookupSearch:
     so small kernels cost 0.7-1.3 ms a round on an H200's host, varying with the host's speed in
     stretches of rounds (reports/policies/README.md)."""
 
-    def __init__(self, capacity: int, device, max_ngram: int, graphs: bool):
-        self.context = torch.zeros(capacity, dtype=torch.long, device=device)
+    def __init__(self, room: int, K_max: int, device, max_ngram: int, graphs: bool):
+        """`room`: the target's cache slots, which bound prompt + output; the decoder's output buffer
+        holds K_max + 2 slots past its last token."""
+        self.context = torch.zeros(room + K_max + 2, dtype=torch.long, device=device)
         self.max_ngram, self.graphs = max_ngram, graphs
         self._searches: dict[int, GraphedCall] = {}
 

@@ -29,7 +29,7 @@ def test_the_decoders_search_over_its_reused_buffer_equals_the_reference_loop():
     """Contexts of every length one after another through one LookupSearch: what an earlier, longer
     context left in the buffer past the current length never reaches a proposal."""
     rng = random.Random(1)
-    search = LookupSearch(64, torch.device("cpu"), max_ngram=3, graphs=False)
+    search = LookupSearch(58, 4, torch.device("cpu"), max_ngram=3, graphs=False)  # a buffer of 64
     for _ in range(200):
         vocab = rng.choice([2, 3, 5, 50])
         prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]

@@ -340,14 +340,15 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
     none)."""
     calibrations = {}
     gap_in_profile = bool(records) and profile_has_read_gap(profile_path, graphs)
-    every = [r for group_records in records.values() for r in group_records]
+    shared = {}
+    if records and not graphs:  # no captured graph per instance to drift: the shared models' scales, once
+        every = [r for group_records in records.values() for r in group_records]
+        pooled_scales = scales_from(every, "dense", profile_path, placement, graphs)
+        shared = {path: factor for path, factor in pooled_scales.items() if path in SHARED_MODEL_COSTS}
     for group, group_records in records.items():
         pool = pooled(records, group)
         head = "dense" if group == "baseline" else group.split("-", 1)[1]
-        scales = scales_from(pool, head, profile_path, placement, graphs)
-        if not graphs:  # no captured graph per instance to drift: the shared models' scales from every generation
-            shared = scales_from(every, head, profile_path, placement, graphs)
-            scales.update({path: factor for path, factor in shared.items() if path in SHARED_MODEL_COSTS})
+        scales = {**scales_from(pool, head, profile_path, placement, graphs), **shared}
         prefill = draft_prefill_edit(pool, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
         gap = read_gap_from(pool) if gap_in_profile else None
