@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from model.split_k import tickets_for
+from model.split_k import summed_splits, tickets_for
 from model.triton_support import after_previous, overlap, tl, triton
 from model.triton_support import launching_on as _on
 
@@ -37,14 +37,21 @@ SPLIT_SLOTS = 128
 # partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
 # (model/decoder.py, width()), so they all take the same path.
 SPLIT_MAX_TOKENS = 16
+# Splits merged per step of the last split's combine, their loads in flight together. On one H200 the
+# draft step at context 4,000 took 1.213 ms with 8 against 1.355 with 1 (300: 0.941 against 0.939); 128
+# slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213 against 1.162 at 4,000 (session 14).
+COMBINE_CHUNK = 8
 
 
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen3's RMSNorm of rows x [n, d], after the residual add x + delta when given.
-    Returns (x + delta (or x), its norm)."""
+    Returns (x + delta (or x), its norm). delta may be a GEMM's float32 split partials [splits, n, d]
+    (dense_gemv.gemv's `partial`): summed in split order and rounded to x's dtype, as the GEMM would."""
     n, d = x.shape
+    if delta is not None and delta.shape[-2:] != x.shape:
+        raise ValueError(f"delta {tuple(delta.shape)} does not end in x's shape {tuple(x.shape)}")
     out = torch.empty_like(x)
     h = torch.empty_like(x) if delta is not None else x
     with _on(x.device):
@@ -57,6 +64,7 @@ def rms_norm(
             d,
             eps,
             HAS_DELTA=delta is not None,
+            DELTA_SPLITS=delta.shape[0] if delta is not None and delta.dim() == 3 else 1,
             BLOCK_D=triton.next_power_of_2(d),
             num_warps=8 if d > 2048 else 4,
             **overlap(x.device),
@@ -173,12 +181,23 @@ def attention(
                 q, k_cache, v_cache, pos, out, n, slots, scale, n_heads, **shape, num_warps=4, **overlap(q.device)
             )
         return out
+    return _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out, n_heads)
+
+
+def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out, n_heads, from_qkv=None):
+    """The split route of `attention` (and of `qkv_attention`, whose launch arguments are `from_qkv`)."""
+    n = pos.shape[0]
+    _, n_kv, slots, head_dim = k_cache.shape
+    group = n_heads // n_kv
+    rows = group * n  # the query rows of one KV head, stacked
+    row_blocks = triton.cdiv(rows, ATTENTION_BLOCK_M)
     if split_slots % ATTENTION_BLOCK_N:
         raise ValueError(f"split_slots {split_slots} is not a multiple of {ATTENTION_BLOCK_N}")
     splits = triton.cdiv(slots, split_slots)
     partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
     partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
     tickets = tickets_for(tickets, n_kv * row_blocks, q.device)
+    prepare = from_qkv or {"qw": q, "kw": q, "cos": q, "sin": q, "eps": 0.0, "QKV_SPLITS": 1, "NORM": False}
     with _on(q.device):
         _attention_split_kernel[(n_kv, row_blocks, splits)](
             q,
@@ -193,12 +212,68 @@ def attention(
             slots,
             scale,
             n_heads,
+            prepare["qw"],
+            prepare["kw"],
+            prepare["cos"],
+            prepare["sin"],
+            prepare["eps"],
             SPLIT=split_slots,
-            **shape,
+            GROUP=group,
+            HEAD_DIM=head_dim,
+            BLOCK_M=ATTENTION_BLOCK_M,
+            BLOCK_N=ATTENTION_BLOCK_N,
+            CHUNK=COMBINE_CHUNK,
+            FROM_QKV=from_qkv is not None,
+            QKV_SPLITS=prepare["QKV_SPLITS"],
+            NORM=prepare["NORM"],
+            BLOCK_T=SPLIT_MAX_TOKENS,
             num_warps=4,
             **overlap(q.device),
         )
     return out
+
+
+def takes_qkv(n: int, split_slots: int | None, tree) -> bool:
+    """Whether `qkv_attention` runs a forward of n new tokens: the causal split route (decode widths)."""
+    return tree is None and split_slots is not None and n <= SPLIT_MAX_TOKENS
+
+
+def qkv_attention(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pos: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    n_heads: int,
+    eps: float,
+    scale: float,
+    split_slots: int,
+    tickets: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """qk_norm_rope_cache then `attention`'s split route, in one launch (`takes_qkv` forwards): each
+    program norms and rotates its own query rows from qkv [n, (H + 2 Hkv) * hd], and writes the new
+    tokens' keys and values that fall in its split into the caches before it reads them (a row block's
+    programs of one split write the same bits). The values are those of the two kernels, one fewer launch
+    a layer; qkv may also be float32 split partials [splits, n, width] (dense_gemv.gemv's `partial`)."""
+    n = pos.shape[0]
+    n_kv = k_cache.shape[1]
+    if qkv.shape[-2:] != (n, (n_heads + 2 * n_kv) * k_cache.shape[-1]) or not takes_qkv(n, split_slots, None):
+        raise ValueError(f"qkv {tuple(qkv.shape)} at {n} positions is not a split-route forward of this cache")
+    out = torch.empty((n, n_heads * k_cache.shape[-1]), dtype=k_cache.dtype, device=qkv.device)
+    norm = q_weight is not None
+    from_qkv = {
+        "qw": q_weight if norm else qkv,  # unread without the norm
+        "kw": k_weight if norm else qkv,
+        "cos": cos,
+        "sin": sin,
+        "eps": eps,
+        "QKV_SPLITS": qkv.shape[0] if qkv.dim() == 3 else 1,
+        "NORM": norm,
+    }
+    return _split_attention(qkv, k_cache, v_cache, pos, scale, split_slots, tickets, out, n_heads, from_qkv)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -231,6 +306,7 @@ if triton is not None:
         D,
         eps,
         HAS_DELTA: tl.constexpr,
+        DELTA_SPLITS: tl.constexpr,
         BLOCK_D: tl.constexpr,
         PDL: tl.constexpr,
     ):
@@ -240,7 +316,8 @@ if triton is not None:
         mask = d < D
         x = tl.load(x_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32)
         if HAS_DELTA:
-            x = _rounded(x + tl.load(delta_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32), h_ptr)
+            delta = _rounded(summed_splits(delta_ptr, row * D + d, mask, tl.num_programs(0) * D, DELTA_SPLITS), h_ptr)
+            x = _rounded(x + delta, h_ptr)
             tl.store(h_ptr + row * D + d, x.to(h_ptr.dtype.element_ty), mask=mask)
         normed = _rounded(x * tl.rsqrt(tl.sum(x * x, axis=0) / D + eps), out_ptr)
         w = tl.load(w_ptr + d, mask=mask, other=0.0).to(tl.float32)
@@ -248,17 +325,26 @@ if triton is not None:
 
     @triton.jit
     def _norm_rope(x1, x2, w_ptr, c, s, eps, out_ptr, HALF: tl.constexpr, NORM: tl.constexpr):
-        """RMSNorm of a head (halves x1, x2; skipped without NORM), then RoPE: out = x*cos + cat(-x2, x1)*sin."""
+        """RMSNorm of heads (halves x1, x2 [rows, HALF]; skipped without NORM), then RoPE: out = x*cos + cat(-x2, x1)*sin."""
         half = tl.arange(0, HALF)
         if NORM:
-            inv = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / (2 * HALF) + eps)
-            y1 = _rounded(_rounded(x1 * inv, out_ptr) * tl.load(w_ptr + half).to(tl.float32), out_ptr)
-            y2 = _rounded(_rounded(x2 * inv, out_ptr) * tl.load(w_ptr + HALF + half).to(tl.float32), out_ptr)
+            inv = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * HALF) + eps)[:, None]
+            y1 = _rounded(_rounded(x1 * inv, out_ptr) * tl.load(w_ptr + half).to(tl.float32)[None, :], out_ptr)
+            y2 = _rounded(_rounded(x2 * inv, out_ptr) * tl.load(w_ptr + HALF + half).to(tl.float32)[None, :], out_ptr)
         else:
             y1, y2 = x1, x2
         r1 = _rounded(_rounded(y1 * c, out_ptr) + _rounded(-y2 * s, out_ptr), out_ptr)
         r2 = _rounded(_rounded(y2 * c, out_ptr) + _rounded(y1 * s, out_ptr), out_ptr)
         return r1, r2
+
+    @triton.jit
+    def _qkv_halves(qkv_ptr, offsets, mask, split_stride, HALF: tl.constexpr, SPLITS: tl.constexpr, out_ptr):
+        """The two halves of heads at `offsets` [rows, 1] (the first element of each) in qkv, summed over
+        its SPLITS split partials and rounded to out_ptr's type (SPLITS 1: qkv itself), in float32."""
+        half = tl.arange(0, HALF)[None, :]
+        x1 = _rounded(summed_splits(qkv_ptr, offsets + half, mask, split_stride, SPLITS), out_ptr)
+        x2 = _rounded(summed_splits(qkv_ptr, offsets + HALF + half, mask, split_stride, SPLITS), out_ptr)
+        return x1, x2
 
     @triton.jit
     def _qk_norm_rope_cache_kernel(
@@ -284,7 +370,7 @@ if triton is not None:
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         HALF: tl.constexpr = HEAD_DIM // 2
-        half = tl.arange(0, HALF)
+        half = tl.arange(0, HALF)[None, :]
         p = tl.load(pos_ptr + tok)
         r = tl.load(rope_ptr + tok)
         c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)  # the table repeats: cos[:half] == cos[half:]
@@ -448,6 +534,82 @@ if triton is not None:
         tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
+    def _new_slots_written(
+        qkv_ptr,
+        kw_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos_ptr,
+        k_ptr,
+        v_ptr,
+        n,
+        kv,
+        S,
+        H,
+        HKV,
+        first,
+        eps,
+        SPLIT: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        QKV_SPLITS: tl.constexpr,
+        NORM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+    ):
+        """qk_norm_rope_cache's keys and values of KV head kv for the new tokens whose slots lie in
+        first .. first + SPLIT - 1, written into the caches and visible to the whole program."""
+        HALF: tl.constexpr = HEAD_DIM // 2
+        t = tl.arange(0, BLOCK_T)
+        p = tl.load(pos_ptr + t, mask=t < n, other=-1)
+        mine = ((t < n) & (p >= first) & (p < first + SPLIT))[:, None]
+        half = tl.arange(0, HALF)[None, :]
+        width = (H + 2 * HKV) * HEAD_DIM
+        row = t.to(tl.int64)[:, None] * width
+        c = tl.load(cos_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
+        s = tl.load(sin_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
+        x1, x2 = _qkv_halves(qkv_ptr, row + (H + kv) * HEAD_DIM, mine, n * width, HALF, QKV_SPLITS, k_ptr)
+        r1, r2 = _norm_rope(x1, x2, kw_ptr, c, s, eps, k_ptr, HALF, NORM)
+        slot = (kv * S + p.to(tl.int64))[:, None] * HEAD_DIM + half
+        tl.store(k_ptr + slot, r1.to(k_ptr.dtype.element_ty), mask=mine)
+        tl.store(k_ptr + slot + HALF, r2.to(k_ptr.dtype.element_ty), mask=mine)
+        v1, v2 = _qkv_halves(qkv_ptr, row + (H + HKV + kv) * HEAD_DIM, mine, n * width, HALF, QKV_SPLITS, v_ptr)
+        tl.store(v_ptr + slot, v1.to(v_ptr.dtype.element_ty), mask=mine)
+        tl.store(v_ptr + slot + HALF, v2.to(v_ptr.dtype.element_ty), mask=mine)
+        tl.debug_barrier()  # the program's reads of these slots come after every thread's writes
+
+    @triton.jit
+    def _prepared_q(
+        qkv_ptr,
+        qw_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos_ptr,
+        tok,
+        head,
+        valid,
+        n,
+        H,
+        HKV,
+        eps,
+        out_ptr,
+        HEAD_DIM: tl.constexpr,
+        QKV_SPLITS: tl.constexpr,
+        NORM: tl.constexpr,
+    ):
+        """qk_norm_rope_cache's query rows (tok, head) [rows, HEAD_DIM], normed and rotated from qkv."""
+        HALF: tl.constexpr = HEAD_DIM // 2
+        half = tl.arange(0, HALF)[None, :]
+        width = (H + 2 * HKV) * HEAD_DIM
+        r = tl.load(pos_ptr + tok, mask=valid, other=0)[:, None]
+        c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)
+        s = tl.load(sin_ptr + r * HEAD_DIM + half).to(tl.float32)
+        x1, x2 = _qkv_halves(
+            qkv_ptr, (tok * width + head * HEAD_DIM)[:, None], valid[:, None], n * width, HALF, QKV_SPLITS, out_ptr
+        )
+        r1, r2 = _norm_rope(x1, x2, qw_ptr, c, s, eps, out_ptr, HALF, NORM)
+        q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (r1.shape[0], HEAD_DIM))
+        return q.to(out_ptr.dtype.element_ty)
+
+    @triton.jit
     def _attention_split_kernel(
         q_ptr,
         k_ptr,
@@ -461,17 +623,29 @@ if triton is not None:
         S,
         scale,
         H,
+        qw_ptr,
+        kw_ptr,
+        cos_ptr,
+        sin_ptr,
+        eps,
         SPLIT: tl.constexpr,
         GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        CHUNK: tl.constexpr,
+        FROM_QKV: tl.constexpr,
+        QKV_SPLITS: tl.constexpr,
+        NORM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
         PDL: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
         below the block's largest position, left unnormalized with its running max and total. The last of
         the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
-        past that position does nothing (no ticket either: a long cache's many idle splits would queue on it)."""
+        past that position does nothing (no ticket either: a long cache's many idle splits would queue on it).
+        FROM_QKV: q_ptr is the merged projection's output, and the program first does qk_norm_rope_cache's
+        work for its rows and slots (qkv_attention)."""
         after_previous(PDL)
         kv = tl.program_id(0)
         m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -486,7 +660,49 @@ if triton is not None:
         first = split * SPLIT
         rows = (kv.to(tl.int64) * GROUP * n + m) * splits
         if first < end:
-            q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
+            if FROM_QKV:
+                HKV = tl.num_programs(0)
+                _new_slots_written(
+                    q_ptr,
+                    kw_ptr,
+                    cos_ptr,
+                    sin_ptr,
+                    pos_ptr,
+                    k_ptr,
+                    v_ptr,
+                    n,
+                    kv,
+                    S,
+                    H,
+                    HKV,
+                    first,
+                    eps,
+                    SPLIT,
+                    HEAD_DIM,
+                    QKV_SPLITS,
+                    NORM,
+                    BLOCK_T,
+                )
+                q = _prepared_q(
+                    q_ptr,
+                    qw_ptr,
+                    cos_ptr,
+                    sin_ptr,
+                    pos_ptr,
+                    tok,
+                    head,
+                    valid,
+                    n,
+                    H,
+                    HKV,
+                    eps,
+                    o_ptr,
+                    HEAD_DIM,
+                    QKV_SPLITS,
+                    NORM,
+                )
+            else:
+                q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
             stop = tl.minimum(first + SPLIT, end)
             running_max, total, acc = _causal_softmax(
                 q, k_ptr, v_ptr, p, kv, S, first, stop, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N
@@ -497,7 +713,9 @@ if triton is not None:
             tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
             ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
             if tl.atomic_add(ticket, 1, sem="acq_rel") == tl.cdiv(end, SPLIT) - 1:
-                _combine_splits(sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M)
+                _combine_splits(
+                    sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M, CHUNK
+                )
                 tl.store(ticket, 0)
 
     @triton.jit
@@ -514,30 +732,37 @@ if triton is not None:
         SPLIT: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
+        CHUNK: tl.constexpr,
     ):
         """Each row's splits 0 .. p // SPLIT merged in order, rescaled to their common max; the splits
-        past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them."""
+        past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them.
+        CHUNK splits a loop step, unrolled, so that their loads are in flight together (the merge is a chain
+        of dependent reads otherwise: at 4,000 slots, 32 of them)."""
         d = tl.arange(0, HEAD_DIM)
         last = p // SPLIT  # each row's last split (-1 for padding rows: none)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        for split in range(0, tl.max(last, axis=0) + 1):
-            take = valid & (split <= last)
-            split_max = tl.load(stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"), cache_modifier=".cg")
-            split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0, cache_modifier=".cg")
-            split_sums = tl.load(
-                sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :],
-                mask=take[:, None],
-                other=0.0,
-                cache_modifier=".cg",
-            )
-            new_max = tl.maximum(running_max, split_max)
-            rescale = tl.exp(running_max - new_max)
-            weight = tl.exp(split_max - new_max)
-            total = total * rescale + weight * split_total
-            acc = acc * rescale[:, None] + weight[:, None] * split_sums
-            running_max = new_max
+        for chunk in range(0, tl.max(last, axis=0) + 1, CHUNK):
+            for j in tl.static_range(CHUNK):
+                split = chunk + j
+                take = valid & (split <= last)
+                split_max = tl.load(
+                    stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"), cache_modifier=".cg"
+                )
+                split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0, cache_modifier=".cg")
+                split_sums = tl.load(
+                    sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :],
+                    mask=take[:, None],
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
+                new_max = tl.maximum(running_max, split_max)
+                rescale = tl.exp(running_max - new_max)
+                weight = tl.exp(split_max - new_max)
+                total = total * rescale + weight * split_total
+                acc = acc * rescale[:, None] + weight[:, None] * split_sums
+                running_max = new_max
         out = acc / tl.where(valid, total, 1.0)[:, None]
         tl.store(
             o_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :],

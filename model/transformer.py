@@ -378,17 +378,21 @@ class Transformer(nn.Module):
         return out
 
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
-        """forward_hidden in 8 launches per layer; each residual add is fused into the next norm."""
+        """forward_hidden in 7 launches per layer at decode widths (8 otherwise: the q/k norms, RoPE and
+        cache write get their own kernel). Each residual add is fused into the next norm, which also sums a
+        routed o_proj's or down_proj's split partials (dense_gemv's `partial`)."""
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
+        qk_norms = self.config.qk_norm
+        one_launch = fused_ops.takes_qkv(tokens.shape[1], split_slots, tree)
         h, delta = self.embed_tokens(tokens[0]), None
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
-            q = fused_ops.qk_norm_rope_cache(
-                route.project(attn.qkv_proj, x),
-                attn.q_norm.weight if self.config.qk_norm else None,
-                attn.k_norm.weight if self.config.qk_norm else None,
+            qkv = route.project(attn.qkv_proj, x)
+            prepare = (
+                attn.q_norm.weight if qk_norms else None,
+                attn.k_norm.weight if qk_norms else None,
                 cos,
                 sin,
                 pos,
@@ -396,20 +400,17 @@ class Transformer(nn.Module):
                 attn.v_cache,
                 attn.n_heads,
                 eps,
-                rope=None if tree is None else tree[0],
             )
-            h, x = fused_ops.rms_norm(
-                h,
-                layer.post_attention_layernorm.weight,
-                eps,
-                route.project(
-                    attn.o_proj,
-                    fused_ops.attention(
-                        q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
-                    ),
-                ),
-            )
-            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
+            if one_launch:
+                out = fused_ops.qkv_attention(qkv, *prepare, attn.scale, split_slots, self.attention_tickets)
+            else:
+                q = fused_ops.qk_norm_rope_cache(qkv, *prepare, rope=None if tree is None else tree[0])
+                out = fused_ops.attention(
+                    q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
+                )
+            o = route.project(attn.o_proj, out, partial=True)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, o)
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x), partial=True)
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

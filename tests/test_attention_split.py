@@ -50,6 +50,43 @@ def test_a_rows_value_does_not_depend_on_the_other_rows():
         fused_ops.attention(q, k_cache, v_cache, torch.tensor([1, 2, 3], device=DEVICE), 0.3, 100)
 
 
+def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Bit for bit under the interpreter; on a GPU the two kernels' layouts may sum a head's squares in
+    another order (one decoder runs one of them for every decode forward, so exactness does not rest on it)."""
+    if DEVICE.type == "cpu":
+        return torch.equal(got, want)
+    return bool((got - want).abs().max() <= TOL * want.abs().max())
+
+
+@pytest.mark.parametrize("norms", [True, False])  # Qwen3's q/k norms; Llama has none
+def test_qkv_attention_is_the_two_kernels_and_writes_the_same_cache(norms):
+    n_heads, n_kv, head_dim, slots = 4, 2, 16, 300
+    g = torch.Generator().manual_seed(5)
+    _, k_cache, v_cache = _inputs(1, slots=slots, seed=6)
+    cos, sin = (torch.randn(slots, head_dim // 2, generator=g).repeat(1, 2) for _ in range(2))
+    q_weight, k_weight = (torch.rand(head_dim, generator=g) + 0.5 if norms else None for _ in range(2))
+    moved = [t if t is None else t.to(DEVICE) for t in (cos, sin, q_weight, k_weight)]
+    cos, sin, q_weight, k_weight = moved
+    for pos in ([150], [62, 63, 64, 65], list(range(120, 136))):  # one token; across a split; 16 tokens
+        n = len(pos)
+        qkv = torch.randn(n, (n_heads + 2 * n_kv) * head_dim, generator=g).to(DEVICE)
+        where = torch.tensor(pos, device=DEVICE)
+        two = (k_cache.clone().to(DEVICE), v_cache.clone().to(DEVICE))
+        one = (k_cache.clone().to(DEVICE), v_cache.clone().to(DEVICE))
+        q = fused_ops.qk_norm_rope_cache(qkv, q_weight, k_weight, cos, sin, where, *two, n_heads, 1e-6)
+        want = fused_ops.attention(q, *two, where, 0.3, 64)
+        got = fused_ops.qkv_attention(qkv, q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, 64)
+        assert _same(got, want)
+        assert _same(one[0], two[0]) and torch.equal(one[1], two[1])
+        assert not torch.equal(one[0], k_cache.to(DEVICE))  # control: the new keys were written
+        halves = torch.stack([qkv / 3, qkv - qkv / 3])  # float32 split partials summing to qkv's rounding
+        settings = (q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, 64)
+        from_partials = fused_ops.qkv_attention(halves, *settings)
+        assert torch.equal(from_partials, fused_ops.qkv_attention(halves[0] + halves[1], *settings))
+    with pytest.raises(ValueError, match="split-route"):
+        fused_ops.qkv_attention(qkv[:, :-1], q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, 64)
+
+
 @pytest.mark.parametrize("schedule", ["pipelined-deferred"] + (["ordinary"] if DEVICE.type == "cuda" else []))
 def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
     room = 112
