@@ -96,16 +96,6 @@ class AWQLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, group={self.group_size}, kernel={self.kernel}"
 
-    def partial_sums(self, x: torch.Tensor) -> torch.Tensor:
-        """For rows x [n, in] that the Triton kernel runs: its float32 split partials [splits, n, out], for
-        a consumer that sums them in split order (fused_ops.rms_norm). Otherwise forward(x)."""
-        if self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features:
-            return self.forward(x)
-        if self._run is None:
-            self.select_kernel(dtype=x.dtype)
-        partials = getattr(self._run, "partials", None)  # the Triton kernel's (_prepare_triton)
-        return partials(x) if partials is not None and x.dim() == 2 else self._run(x)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features:
             return awq_prefill.dense_matmul(self, x)
@@ -251,10 +241,6 @@ class AWQLinear(nn.Module):
             y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
-        def partials(x):
-            return awq_triton.w4a16_matmul(x, planes, partial=True) if x.dtype == dtype else run(x)
-
-        run.partials = partials
         return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):

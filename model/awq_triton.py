@@ -145,14 +145,12 @@ def w4a16_matmul(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
-    partial: bool = False,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
-    them so a split-K call needs no memset; without enough, the call makes its own. `partial`: the
-    float32 split partials [splits, M, N] instead, for a consumer that sums them (split_k's DEFER)."""
+    them so a split-K call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -166,14 +164,17 @@ def w4a16_matmul(
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
 
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    partials = torch.empty((splits, M, N), dtype=torch.float32, device=x.device) if partial or splits > 1 else y
     if M == 0:
-        return partials if partial else y
+        return y
     if x.stride(1) != 1:
         x = x.contiguous()
     rows_per_program = block_m(M)
     grid = (tiles, splits, triton.cdiv(M, rows_per_program))
-    tickets = y if partial or splits == 1 else tickets_for(tickets, grid[0] * grid[2], x.device)
+    partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
+    if splits == 1:
+        tickets = y  # unused
+    else:
+        tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
     with launching_on(x.device):
         _w4a16_kernel[grid](
             x,
@@ -192,14 +193,13 @@ def w4a16_matmul(
             BLOCK_M=rows_per_program,
             BLOCK_N=planes.block_n,
             SPLITS=splits,
-            DEFER=partial,
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
         )
-    return partials if partial else y
+    return y
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
@@ -234,7 +234,6 @@ if triton is not None:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         SPLITS: tl.constexpr,
-        DEFER: tl.constexpr,
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
@@ -277,7 +276,7 @@ if triton is not None:
                 if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, DEFER)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
     def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr):

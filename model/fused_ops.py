@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from model.split_k import summed_splits, tickets_for
+from model.split_k import tickets_for
 from model.triton_support import after_previous, overlap, tl, triton
 from model.triton_support import launching_on as _on
 
@@ -47,11 +47,8 @@ def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen3's RMSNorm of rows x [n, d], after the residual add x + delta when given.
-    Returns (x + delta (or x), its norm). delta may be a GEMM's float32 split partials [splits, n, d]
-    (dense_gemv.gemv's `partial`): summed in split order and rounded to x's dtype, as the GEMM would."""
+    Returns (x + delta (or x), its norm)."""
     n, d = x.shape
-    if delta is not None and delta.shape[-2:] != x.shape:
-        raise ValueError(f"delta {tuple(delta.shape)} does not end in x's shape {tuple(x.shape)}")
     out = torch.empty_like(x)
     h = torch.empty_like(x) if delta is not None else x
     with _on(x.device):
@@ -64,7 +61,6 @@ def rms_norm(
             d,
             eps,
             HAS_DELTA=delta is not None,
-            DELTA_SPLITS=delta.shape[0] if delta is not None and delta.dim() == 3 else 1,
             BLOCK_D=triton.next_power_of_2(d),
             num_warps=8 if d > 2048 else 4,
             **overlap(x.device),
@@ -197,7 +193,7 @@ def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out,
     partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
     partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
     tickets = tickets_for(tickets, n_kv * row_blocks, q.device)
-    prepare = from_qkv or {"qw": q, "kw": q, "cos": q, "sin": q, "eps": 0.0, "QKV_SPLITS": 1, "NORM": False}
+    prepare = from_qkv or {"qw": q, "kw": q, "cos": q, "sin": q, "eps": 0.0, "NORM": False}
     with _on(q.device):
         _attention_split_kernel[(n_kv, row_blocks, splits)](
             q,
@@ -224,7 +220,6 @@ def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out,
             BLOCK_N=ATTENTION_BLOCK_N,
             CHUNK=COMBINE_CHUNK,
             FROM_QKV=from_qkv is not None,
-            QKV_SPLITS=prepare["QKV_SPLITS"],
             NORM=prepare["NORM"],
             BLOCK_T=SPLIT_MAX_TOKENS,
             num_warps=4,
@@ -256,11 +251,12 @@ def qkv_attention(
     """qk_norm_rope_cache then `attention`'s split route, in one launch (`takes_qkv` forwards): each
     program norms and rotates its own query rows from qkv [n, (H + 2 Hkv) * hd], and writes the new
     tokens' keys and values that fall in its split into the caches before it reads them (a row block's
-    programs of one split write the same bits). The values are those of the two kernels, one fewer launch
-    a layer; qkv may also be float32 split partials [splits, n, width] (dense_gemv.gemv's `partial`)."""
+    programs of one split write the same bits). The two kernels' formulas, one launch fewer a layer: bit for
+    bit under the interpreter; on a GPU a head's sum of squares may run in another order (a decoder runs
+    every decode forward of its target through one of the two, so exactness does not rest on it)."""
     n = pos.shape[0]
     n_kv = k_cache.shape[1]
-    if qkv.shape[-2:] != (n, (n_heads + 2 * n_kv) * k_cache.shape[-1]) or not takes_qkv(n, split_slots, None):
+    if qkv.shape != (n, (n_heads + 2 * n_kv) * k_cache.shape[-1]) or not takes_qkv(n, split_slots, None):
         raise ValueError(f"qkv {tuple(qkv.shape)} at {n} positions is not a split-route forward of this cache")
     out = torch.empty((n, n_heads * k_cache.shape[-1]), dtype=k_cache.dtype, device=qkv.device)
     norm = q_weight is not None
@@ -270,7 +266,6 @@ def qkv_attention(
         "cos": cos,
         "sin": sin,
         "eps": eps,
-        "QKV_SPLITS": qkv.shape[0] if qkv.dim() == 3 else 1,
         "NORM": norm,
     }
     return _split_attention(qkv, k_cache, v_cache, pos, scale, split_slots, tickets, out, n_heads, from_qkv)
@@ -306,7 +301,6 @@ if triton is not None:
         D,
         eps,
         HAS_DELTA: tl.constexpr,
-        DELTA_SPLITS: tl.constexpr,
         BLOCK_D: tl.constexpr,
         PDL: tl.constexpr,
     ):
@@ -316,8 +310,7 @@ if triton is not None:
         mask = d < D
         x = tl.load(x_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32)
         if HAS_DELTA:
-            delta = _rounded(summed_splits(delta_ptr, row * D + d, mask, tl.num_programs(0) * D, DELTA_SPLITS), h_ptr)
-            x = _rounded(x + delta, h_ptr)
+            x = _rounded(x + tl.load(delta_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32), h_ptr)
             tl.store(h_ptr + row * D + d, x.to(h_ptr.dtype.element_ty), mask=mask)
         normed = _rounded(x * tl.rsqrt(tl.sum(x * x, axis=0) / D + eps), out_ptr)
         w = tl.load(w_ptr + d, mask=mask, other=0.0).to(tl.float32)
@@ -338,12 +331,11 @@ if triton is not None:
         return r1, r2
 
     @triton.jit
-    def _qkv_halves(qkv_ptr, offsets, mask, split_stride, HALF: tl.constexpr, SPLITS: tl.constexpr, out_ptr):
-        """The two halves of heads at `offsets` [rows, 1] (the first element of each) in qkv, summed over
-        its SPLITS split partials and rounded to out_ptr's type (SPLITS 1: qkv itself), in float32."""
+    def _halves(ptr, offsets, mask, HALF: tl.constexpr):
+        """The two halves of heads starting at `offsets` [rows, 1], in float32."""
         half = tl.arange(0, HALF)[None, :]
-        x1 = _rounded(summed_splits(qkv_ptr, offsets + half, mask, split_stride, SPLITS), out_ptr)
-        x2 = _rounded(summed_splits(qkv_ptr, offsets + HALF + half, mask, split_stride, SPLITS), out_ptr)
+        x1 = tl.load(ptr + offsets + half, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(ptr + offsets + HALF + half, mask=mask, other=0.0).to(tl.float32)
         return x1, x2
 
     @triton.jit
@@ -551,7 +543,6 @@ if triton is not None:
         eps,
         SPLIT: tl.constexpr,
         HEAD_DIM: tl.constexpr,
-        QKV_SPLITS: tl.constexpr,
         NORM: tl.constexpr,
         BLOCK_T: tl.constexpr,
     ):
@@ -566,14 +557,14 @@ if triton is not None:
         row = t.to(tl.int64)[:, None] * width
         c = tl.load(cos_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
         s = tl.load(sin_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
-        x1, x2 = _qkv_halves(qkv_ptr, row + (H + kv) * HEAD_DIM, mine, n * width, HALF, QKV_SPLITS, k_ptr)
+        x1, x2 = _halves(qkv_ptr, row + (H + kv) * HEAD_DIM, mine, HALF)
         r1, r2 = _norm_rope(x1, x2, kw_ptr, c, s, eps, k_ptr, HALF, NORM)
         slot = (kv * S + p.to(tl.int64))[:, None] * HEAD_DIM + half
         tl.store(k_ptr + slot, r1.to(k_ptr.dtype.element_ty), mask=mine)
         tl.store(k_ptr + slot + HALF, r2.to(k_ptr.dtype.element_ty), mask=mine)
-        v1, v2 = _qkv_halves(qkv_ptr, row + (H + HKV + kv) * HEAD_DIM, mine, n * width, HALF, QKV_SPLITS, v_ptr)
-        tl.store(v_ptr + slot, v1.to(v_ptr.dtype.element_ty), mask=mine)
-        tl.store(v_ptr + slot + HALF, v2.to(v_ptr.dtype.element_ty), mask=mine)
+        v_src = qkv_ptr + row + (H + HKV + kv) * HEAD_DIM + half
+        tl.store(v_ptr + slot, tl.load(v_src, mask=mine), mask=mine)
+        tl.store(v_ptr + slot + HALF, tl.load(v_src + HALF, mask=mine), mask=mine)
         tl.debug_barrier()  # the program's reads of these slots come after every thread's writes
 
     @triton.jit
@@ -592,7 +583,6 @@ if triton is not None:
         eps,
         out_ptr,
         HEAD_DIM: tl.constexpr,
-        QKV_SPLITS: tl.constexpr,
         NORM: tl.constexpr,
     ):
         """qk_norm_rope_cache's query rows (tok, head) [rows, HEAD_DIM], normed and rotated from qkv."""
@@ -602,9 +592,7 @@ if triton is not None:
         r = tl.load(pos_ptr + tok, mask=valid, other=0)[:, None]
         c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)
         s = tl.load(sin_ptr + r * HEAD_DIM + half).to(tl.float32)
-        x1, x2 = _qkv_halves(
-            qkv_ptr, (tok * width + head * HEAD_DIM)[:, None], valid[:, None], n * width, HALF, QKV_SPLITS, out_ptr
-        )
+        x1, x2 = _halves(qkv_ptr, (tok * width + head * HEAD_DIM)[:, None], valid[:, None], HALF)
         r1, r2 = _norm_rope(x1, x2, qw_ptr, c, s, eps, out_ptr, HALF, NORM)
         q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (r1.shape[0], HEAD_DIM))
         return q.to(out_ptr.dtype.element_ty)
@@ -635,7 +623,6 @@ if triton is not None:
         BLOCK_N: tl.constexpr,
         CHUNK: tl.constexpr,
         FROM_QKV: tl.constexpr,
-        QKV_SPLITS: tl.constexpr,
         NORM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         PDL: tl.constexpr,
@@ -679,7 +666,6 @@ if triton is not None:
                     eps,
                     SPLIT,
                     HEAD_DIM,
-                    QKV_SPLITS,
                     NORM,
                     BLOCK_T,
                 )
@@ -698,7 +684,6 @@ if triton is not None:
                     eps,
                     o_ptr,
                     HEAD_DIM,
-                    QKV_SPLITS,
                     NORM,
                 )
             else:

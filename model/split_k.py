@@ -5,9 +5,7 @@ few programs to keep every SM's loads in flight. So the input rows are split too
 writes float32 partials to a [splits, M, N] buffer and counts itself on its tile's ticket; the last split
 of a tile sums the partials in split order, casts and resets the ticket (no second launch, no atomics on
 values). Results are bitwise reproducible, and an output row depends only on its own input row and the
-launch configuration. A consumer that reads the output once and is cheap anyway (a norm after o_proj or
-down_proj) can take the partials themselves and sum them in the same order (DEFER): the GEMM then ends
-when its last split has written.
+launch configuration.
 """
 
 from __future__ import annotations
@@ -47,31 +45,20 @@ def tickets_for(tickets: torch.Tensor | None, count: int, device: torch.device) 
 if triton is not None:
 
     @triton.jit
-    def summed_splits(part_ptr, offsets, mask, split_stride, SPLITS: tl.constexpr):
-        """The float32 sum of SPLITS partials at `offsets` (split s at s * split_stride), in split order.
-        Read past L1: other programs wrote them."""
-        total = tl.load(part_ptr + offsets, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
-        for split in tl.static_range(1, SPLITS):
-            total += tl.load(part_ptr + split * split_stride + offsets, mask=mask, other=0.0, cache_modifier=".cg")
-        return total
-
-    @triton.jit
-    def store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr, DEFER: tl.constexpr = False):
+    def store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr):
         """Program (column block, split, row block)'s float32 tile acc [columns rn, rows rm] of y [M, N]:
         written to y with one split; else to part[split], and the tile's last split to arrive sums the
-        parts in split order into y and resets the tile's ticket. With DEFER every split only writes its
-        part, and the consumer sums them (summed_splits): the same bits, without this kernel's tail of
-        tickets and a second read."""
+        parts in split order into y and resets the tile's ticket."""
         tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
         inside = (rm < M)[None, :] & (rn < N)[:, None]
-        if DEFER:
-            tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
-        elif SPLITS == 1:
+        if SPLITS == 1:
             tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
         else:
             tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
             ticket = ticket_ptr + tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
             if tl.atomic_add(ticket, 1, sem="acq_rel") == SPLITS - 1:  # every part is written
-                total = summed_splits(part_ptr, tile, inside, M * N, SPLITS)
+                total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
+                for split in tl.static_range(1, SPLITS):
+                    total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
                 tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
                 tl.store(ticket, 0)

@@ -379,8 +379,7 @@ class Transformer(nn.Module):
 
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
         """forward_hidden in 7 launches per layer at decode widths (8 otherwise: the q/k norms, RoPE and
-        cache write get their own kernel). Each residual add is fused into the next norm, which also sums a
-        routed o_proj's or down_proj's split partials (dense_gemv's `partial`)."""
+        cache write get their own kernel); each residual add is fused into the next norm."""
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         qk_norms = self.config.qk_norm
@@ -408,9 +407,8 @@ class Transformer(nn.Module):
                 out = fused_ops.attention(
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
-            o = route.project(attn.o_proj, out, partial=True)
-            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, o)
-            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x), partial=True)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

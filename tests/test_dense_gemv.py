@@ -123,24 +123,3 @@ def test_draft_on_the_route_keeps_speculative_output_target_greedy(monkeypatch):
     want = Decoder(target, K=1, graphs=False).reference(prompt, 5)
     got = Decoder(target, draft, DenseHead(draft.head_weight), K=2, graphs=False).generate(prompt, 5, "deferred")
     assert got.tokens == want
-
-
-def test_partials_summed_by_the_norm_are_the_gemv_bit_for_bit():
-    x, weight = _operands(5, 256, 96, seed=7)
-    h, _ = _operands(5, 96, 8, seed=8)
-    norm_weight = torch.rand(96, device=DEVICE) + 0.5
-    for splits in (1, 2, 4):
-        launch = {**SMALL, "splits": splits}
-        partials = dense_gemv.gemv(x, weight, launch=launch, partial=True)
-        assert partials.shape == (splits, 5, 96) and partials.dtype == torch.float32
-        in_order = partials[0]
-        for part in partials[1:]:
-            in_order = in_order + part
-        whole = dense_gemv.gemv(x, weight, launch=launch)
-        assert torch.equal(in_order.to(whole.dtype), whole)
-        want = fused_ops.rms_norm(h, norm_weight, 1e-6, whole)
-        got = fused_ops.rms_norm(h, norm_weight, 1e-6, partials)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-        assert not torch.equal(fused_ops.rms_norm(h, norm_weight, 1e-6, partials[:1])[0], want[0]) or splits == 1
-    with pytest.raises(ValueError, match="does not end"):
-        fused_ops.rms_norm(h, norm_weight, 1e-6, partials[:, :4])

@@ -207,27 +207,6 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
         )  # groups of 16 would split a pair of planes
 
 
-def test_awq_partials_summed_in_split_order_are_the_matmul_bit_for_bit():
-    layer = _awq_layer(1024, 64, 64)
-    planes = _planes(layer, 64)
-    x = torch.randn(3, 1024, generator=torch.Generator().manual_seed(4)).to(DEVICE)
-    for splits in (1, 4, 8):
-        partials = awq_triton.w4a16_matmul(x, planes, splits=splits, partial=True)
-        assert partials.shape == (splits, 3, 64) and partials.dtype == torch.float32
-        in_order = partials[0]
-        for part in partials[1:]:
-            in_order = in_order + part
-        assert torch.equal(in_order.to(x.dtype), awq_triton.w4a16_matmul(x, planes, splits=splits))
-    h, norm = torch.randn(3, 64).to(DEVICE), torch.rand(64).to(DEVICE) + 0.5
-    layer.select_kernel("triton", dtype=torch.float32)  # off CUDA the interpreter runs it when named
-    want = fused_ops.rms_norm(h, norm, 1e-6, layer(x))
-    got = fused_ops.rms_norm(h, norm, 1e-6, layer.partial_sums(x))  # the layer's own kernel and splits
-    assert layer.partial_sums(x).dim() == 3
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    layer.select_kernel("dequant", dtype=torch.float32)
-    assert torch.equal(layer.partial_sums(x), layer(x))  # other kernels: the output itself
-
-
 def test_awq_triton_row_depends_only_on_its_own_input_row():
     layer = _awq_layer(512, 64, 64)
     planes = _planes(layer)
