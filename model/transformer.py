@@ -378,8 +378,9 @@ class Transformer(nn.Module):
         return out
 
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
-        """forward_hidden in 7 launches per layer at decode widths (8 otherwise: the q/k norms, RoPE and
-        cache write get their own kernel); each residual add is fused into the next norm."""
+        """forward_hidden in a few launches per layer (model/fused_ops.py): at decode widths the q/k norms,
+        RoPE and cache write run inside the attention kernel, otherwise in their own; each residual add is
+        fused into the next norm."""
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         qk_norms = self.config.qk_norm
