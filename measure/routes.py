@@ -22,6 +22,9 @@ default all, in this order):
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run),
   and the kernels one step launches (torch's profiler over one eager step).
+- `draft-layer`: the same draft step with the q/k norms, RoPE and cache write in their own kernel (`qkv off`)
+  and inside the split attention (`qkv_attention`) with COMBINE_CHOICES splits merged per step of its
+  combine (`qkv on, combine C`; fused_ops.COMBINE_CHUNK is the default).
 - `draft-gemv`: each dense linear of the Qwen3-0.6B and Llama-3.2-1B drafts (merged q/k/v, o, merged
   gate/up, down with SwiGLU) at 1, 4 and 16 rows, through cuBLAS (F.linear; silu_mul then F.linear for
   down) and through model/dense_gemv.py at each launch of GEMV_LAUNCHES and each split that divides the
@@ -77,7 +80,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention", "draft-gemv")
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -86,6 +89,7 @@ DEQUANT_LAUNCHES = [
 ]
 GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
+COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
 GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
@@ -215,8 +219,37 @@ def prefill_timings(device: torch.device, reps: int) -> list[dict]:
 
 def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The draft step (dense head, graphed) at both contexts with each split-KV setting."""
+
+    def split(slots):
+        return lambda model: setattr(model, "attention_split_slots", slots)
+
+    settings = {"off" if slots is None else f"split {slots}": split(slots) for slots in SPLIT_CHOICES}
+    return draft_step_rows("draft-attention", settings, device, reps, bandwidth_gbs)
+
+
+def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The draft step (dense head, graphed) at both contexts with the q/k preparation in its own kernel
+    (`qkv off`), and inside the split attention with each combine chunk (`qkv on, combine C`)."""
+
+    def chosen(inside: bool, chunk: int):
+        def apply(model):
+            model.qkv_in_attention = inside
+            fused_ops.COMBINE_CHUNK = chunk
+
+        return apply
+
+    settings = {"qkv off": chosen(False, fused_ops.COMBINE_CHUNK)}
+    settings.update({f"qkv on, combine {chunk}": chosen(True, chunk) for chunk in COMBINE_CHOICES})
+    return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
+
+
+def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The Qwen3-0.6B draft step (dense head, one graph replay) at contexts CONTEXT and LONG_CONTEXT under
+    each setting (name -> a function that sets it on the model), against the step's floor; the model and
+    fused_ops are left at their defaults."""
     model = load_draft_long(device)
     head = DenseHead(model.head_weight)
+    defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
@@ -224,14 +257,11 @@ def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
         floor = floor_ms(
             weights + kv_cache_bytes(model.config, context, model.head_weight.element_size()), bandwidth_gbs
         )
-        for split_slots in SPLIT_CHOICES:
-            model.attention_split_slots = split_slots
+        for setting, apply in settings.items():
+            apply(model)
             timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
-            setting = "off" if split_slots is None else f"split {split_slots}"
-            rows.append(
-                {"route": "draft-attention", "setting": setting, "context": context, **timing, "floor_ms": floor}
-            )
-    model.attention_split_slots = fused_ops.SPLIT_SLOTS
+            rows.append({"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor})
+    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
     return rows
 
 
@@ -416,6 +446,7 @@ def main(argv=None) -> int:
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
+            "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

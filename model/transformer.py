@@ -261,6 +261,7 @@ class Transformer(nn.Module):
         self.max_seq_len = 0
         self.kernels = "torch"  # or "fused": see use_fused_kernels
         self.attention_split_slots = fused_ops.SPLIT_SLOTS  # fused attention's split-KV (None: off)
+        self.qkv_in_attention = True  # decode widths: q/k norms, RoPE, cache write in the attention (qkv_attention)
         self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
@@ -384,7 +385,7 @@ class Transformer(nn.Module):
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         qk_norms = self.config.qk_norm
-        one_launch = fused_ops.takes_qkv(tokens.shape[1], split_slots, tree)
+        one_launch = self.qkv_in_attention and fused_ops.takes_qkv(tokens.shape[1], split_slots, tree)
         h, delta = self.embed_tokens(tokens[0]), None
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp

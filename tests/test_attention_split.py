@@ -83,6 +83,24 @@ def test_qkv_attention_is_the_two_kernels_and_writes_the_same_cache(norms):
         fused_ops.qkv_attention(qkv[:, :-1], q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, 64)
 
 
+def test_a_decode_forward_is_the_same_with_the_q_k_preparation_inside_the_attention_or_not(monkeypatch):
+    calls = []
+    kernel = fused_ops.qkv_attention
+    monkeypatch.setattr(fused_ops, "qkv_attention", lambda *args: calls.append(1) or kernel(*args))
+    model = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=160, kernels="fused").model
+    model.attention_split_slots = 64
+    prompt = torch.randint(0, 512, (1, 70), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    step = (prompt[:, :4], torch.arange(70, 74, device=DEVICE))  # a decode width whose slots follow the prompt
+    hidden = {}
+    for inside in (True, False):
+        model.qkv_in_attention = inside
+        model.forward_hidden(prompt, torch.arange(70, device=DEVICE))  # a prefill: the separate kernel either way
+        hidden[inside] = (model.forward_hidden(*step), model.kv_caches.clone())
+        assert len(calls) == (model.config.n_layers if inside else 0)  # the decode forward's layers only
+        calls.clear()
+    assert _same(hidden[True][0], hidden[False][0]) and _same(hidden[True][1], hidden[False][1])
+
+
 @pytest.mark.parametrize("schedule", ["pipelined-deferred"] + (["ordinary"] if DEVICE.type == "cuda" else []))
 def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
     room = 112
