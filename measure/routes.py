@@ -20,8 +20,7 @@ default all, in this order):
   and as a share of a PEAK_GEMM_SIZE^3 bf16 GEMM timed in the same run.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
-  the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run),
-  and the kernels one step launches (torch's profiler over one eager step).
+  the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
 - `draft-layer`: the same draft step with the q/k norms, RoPE and cache write in their own kernel (`qkv off`)
   and inside the split attention (`qkv_attention`) with COMBINE_CHOICES splits merged per step of its
   combine (`qkv on, combine C`; fused_ops.COMBINE_CHUNK is the default).
