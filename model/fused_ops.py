@@ -333,12 +333,19 @@ if triton is not None:
         return r1, r2
 
     @triton.jit
-    def _halves(ptr, offsets, mask, HALF: tl.constexpr):
-        """The two halves of heads starting at `offsets` [rows, 1], in float32."""
+    def _prepared_heads(
+        ptr, offsets, mask, w_ptr, cos_ptr, sin_ptr, rope, eps, out_ptr, HEAD_DIM: tl.constexpr, NORM: tl.constexpr
+    ):
+        """Heads of the merged q/k/v output starting at `offsets` [rows, 1] (rows outside `mask` read as
+        zeros), normed with w_ptr's weights (NORM) and rotated at positions `rope` [rows, 1]: the halves
+        (r1, r2) in float32, rounded as out_ptr's type rounds."""
+        HALF: tl.constexpr = HEAD_DIM // 2
         half = tl.arange(0, HALF)[None, :]
+        c = tl.load(cos_ptr + rope * HEAD_DIM + half, mask=mask, other=0.0).to(tl.float32)  # cos[:half] == cos[half:]
+        s = tl.load(sin_ptr + rope * HEAD_DIM + half, mask=mask, other=0.0).to(tl.float32)
         x1 = tl.load(ptr + offsets + half, mask=mask, other=0.0).to(tl.float32)
         x2 = tl.load(ptr + offsets + HALF + half, mask=mask, other=0.0).to(tl.float32)
-        return x1, x2
+        return _norm_rope(x1, x2, w_ptr, c, s, eps, out_ptr, HALF, NORM)
 
     @triton.jit
     def _qk_norm_rope_cache_kernel(
@@ -367,23 +374,20 @@ if triton is not None:
         half = tl.arange(0, HALF)[None, :]
         p = tl.load(pos_ptr + tok)
         r = tl.load(rope_ptr + tok)
-        c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)  # the table repeats: cos[:half] == cos[half:]
-        s = tl.load(sin_ptr + r * HEAD_DIM + half).to(tl.float32)
-        src = qkv_ptr + tok * (H + 2 * HKV) * HEAD_DIM + head * HEAD_DIM
-        x1 = tl.load(src + half).to(tl.float32)
-        x2 = tl.load(src + HALF + half).to(tl.float32)
+        src = tok * (H + 2 * HKV) * HEAD_DIM + head * HEAD_DIM
+        every = head >= 0
         if head < H:
-            r1, r2 = _norm_rope(x1, x2, qw_ptr, c, s, eps, q_ptr, HALF, NORM)
+            r1, r2 = _prepared_heads(qkv_ptr, src, every, qw_ptr, cos_ptr, sin_ptr, r, eps, q_ptr, HEAD_DIM, NORM)
             dst = q_ptr + (tok * H + head) * HEAD_DIM
             tl.store(dst + half, r1.to(q_ptr.dtype.element_ty))
             tl.store(dst + HALF + half, r2.to(q_ptr.dtype.element_ty))
         else:
             kv = head - H
-            r1, r2 = _norm_rope(x1, x2, kw_ptr, c, s, eps, k_ptr, HALF, NORM)
+            r1, r2 = _prepared_heads(qkv_ptr, src, every, kw_ptr, cos_ptr, sin_ptr, r, eps, k_ptr, HEAD_DIM, NORM)
             slot = (kv * S + p) * HEAD_DIM
             tl.store(k_ptr + slot + half, r1.to(k_ptr.dtype.element_ty))
             tl.store(k_ptr + slot + HALF + half, r2.to(k_ptr.dtype.element_ty))
-            v_src = src + HKV * HEAD_DIM
+            v_src = qkv_ptr + src + HKV * HEAD_DIM
             tl.store(v_ptr + slot + half, tl.load(v_src + half))
             tl.store(v_ptr + slot + HALF + half, tl.load(v_src + HALF + half))
 
@@ -528,78 +532,6 @@ if triton is not None:
         tl.store(o_ptr + row_offsets, out.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
-    def _new_slots_written(
-        qkv_ptr,
-        kw_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos_ptr,
-        k_ptr,
-        v_ptr,
-        n,
-        kv,
-        S,
-        H,
-        HKV,
-        first,
-        eps,
-        SPLIT: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        NORM: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-    ):
-        """qk_norm_rope_cache's keys and values of KV head kv for the new tokens whose slots lie in
-        first .. first + SPLIT - 1, written into the caches and visible to the whole program."""
-        HALF: tl.constexpr = HEAD_DIM // 2
-        t = tl.arange(0, BLOCK_T)
-        p = tl.load(pos_ptr + t, mask=t < n, other=-1)
-        mine = ((t < n) & (p >= first) & (p < first + SPLIT))[:, None]
-        half = tl.arange(0, HALF)[None, :]
-        width = (H + 2 * HKV) * HEAD_DIM
-        row = t.to(tl.int64)[:, None] * width
-        c = tl.load(cos_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
-        s = tl.load(sin_ptr + p[:, None] * HEAD_DIM + half, mask=mine, other=0.0).to(tl.float32)
-        x1, x2 = _halves(qkv_ptr, row + (H + kv) * HEAD_DIM, mine, HALF)
-        r1, r2 = _norm_rope(x1, x2, kw_ptr, c, s, eps, k_ptr, HALF, NORM)
-        slot = (kv * S + p.to(tl.int64))[:, None] * HEAD_DIM + half
-        tl.store(k_ptr + slot, r1.to(k_ptr.dtype.element_ty), mask=mine)
-        tl.store(k_ptr + slot + HALF, r2.to(k_ptr.dtype.element_ty), mask=mine)
-        v_src = qkv_ptr + row + (H + HKV + kv) * HEAD_DIM + half
-        tl.store(v_ptr + slot, tl.load(v_src, mask=mine), mask=mine)
-        tl.store(v_ptr + slot + HALF, tl.load(v_src + HALF, mask=mine), mask=mine)
-        tl.debug_barrier()  # the program's reads of these slots come after every thread's writes
-
-    @triton.jit
-    def _prepared_q(
-        qkv_ptr,
-        qw_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos_ptr,
-        tok,
-        head,
-        valid,
-        n,
-        H,
-        HKV,
-        eps,
-        out_ptr,
-        HEAD_DIM: tl.constexpr,
-        NORM: tl.constexpr,
-    ):
-        """qk_norm_rope_cache's query rows (tok, head) [rows, HEAD_DIM], normed and rotated from qkv."""
-        HALF: tl.constexpr = HEAD_DIM // 2
-        half = tl.arange(0, HALF)[None, :]
-        width = (H + 2 * HKV) * HEAD_DIM
-        r = tl.load(pos_ptr + tok, mask=valid, other=0)[:, None]
-        c = tl.load(cos_ptr + r * HEAD_DIM + half).to(tl.float32)
-        s = tl.load(sin_ptr + r * HEAD_DIM + half).to(tl.float32)
-        x1, x2 = _halves(qkv_ptr, (tok * width + head * HEAD_DIM)[:, None], valid[:, None], HALF)
-        r1, r2 = _norm_rope(x1, x2, qw_ptr, c, s, eps, out_ptr, HALF, NORM)
-        q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (r1.shape[0], HEAD_DIM))
-        return q.to(out_ptr.dtype.element_ty)
-
-    @triton.jit
     def _attention_split_kernel(
         q_ptr,
         k_ptr,
@@ -649,45 +581,38 @@ if triton is not None:
         first = split * SPLIT
         rows = (kv.to(tl.int64) * GROUP * n + m) * splits
         if first < end:
-            if FROM_QKV:
-                HKV = tl.num_programs(0)
-                _new_slots_written(
-                    q_ptr,
-                    kw_ptr,
-                    cos_ptr,
-                    sin_ptr,
-                    pos_ptr,
-                    k_ptr,
-                    v_ptr,
-                    n,
-                    kv,
-                    S,
-                    H,
-                    HKV,
-                    first,
-                    eps,
-                    SPLIT,
-                    HEAD_DIM,
-                    NORM,
-                    BLOCK_T,
+            if FROM_QKV:  # qk_norm_rope_cache's work: first the new keys and values of this split's slots
+                HALF: tl.constexpr = HEAD_DIM // 2
+                half = tl.arange(0, HALF)[None, :]
+                width = (H + 2 * tl.num_programs(0)) * HEAD_DIM
+                t = tl.arange(0, BLOCK_T)
+                new = tl.load(pos_ptr + t, mask=t < n, other=-1)[:, None]
+                mine = (t < n)[:, None] & (new >= first) & (new < first + SPLIT)
+                row = t.to(tl.int64)[:, None] * width
+                r1, r2 = _prepared_heads(
+                    q_ptr, row + (H + kv) * HEAD_DIM, mine, kw_ptr, cos_ptr, sin_ptr, new, eps, k_ptr, HEAD_DIM, NORM
                 )
-                q = _prepared_q(
+                slot = (kv * S + new.to(tl.int64)) * HEAD_DIM + half
+                tl.store(k_ptr + slot, r1.to(k_ptr.dtype.element_ty), mask=mine)
+                tl.store(k_ptr + slot + HALF, r2.to(k_ptr.dtype.element_ty), mask=mine)
+                v_src = q_ptr + row + (H + tl.num_programs(0) + kv) * HEAD_DIM + half
+                tl.store(v_ptr + slot, tl.load(v_src, mask=mine), mask=mine)
+                tl.store(v_ptr + slot + HALF, tl.load(v_src + HALF, mask=mine), mask=mine)
+                tl.debug_barrier()  # the program's reads of these slots come after every thread's writes
+                r1, r2 = _prepared_heads(  # then the program's own query rows
                     q_ptr,
+                    (tok * width + head * HEAD_DIM)[:, None],
+                    valid[:, None],
                     qw_ptr,
                     cos_ptr,
                     sin_ptr,
-                    pos_ptr,
-                    tok,
-                    head,
-                    valid,
-                    n,
-                    H,
-                    HKV,
+                    p[:, None],
                     eps,
                     o_ptr,
                     HEAD_DIM,
                     NORM,
                 )
+                q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (BLOCK_M, HEAD_DIM)).to(o_ptr.dtype.element_ty)
             else:
                 q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
             stop = tl.minimum(first + SPLIT, end)
