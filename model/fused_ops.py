@@ -39,10 +39,11 @@ SPLIT_SLOTS = 128
 # partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
 # (model/decoder.py, width()), so they all take the same path.
 SPLIT_MAX_TOKENS = 16
-# Splits merged per step of the last split's combine, their loads in flight together. On one H200 the
-# draft step at context 4,000 took 1.213 ms with 8 against 1.355 with 1 (300: 0.941 against 0.939); 128
-# slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213 against 1.162 at 4,000 (session 14).
-COMBINE_CHUNK = 8
+# Splits merged per step of the last split's combine, their loads in flight together (the splits past the
+# last whole run one a step). On one H200 the draft step at context 4,000 took 1.213 ms with 8 against 1.355
+# with 1 (300: 0.941 against 0.939); 128 slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213
+# against 1.162 at 4,000 (session 14); measure.routes' draft-layer route had 4 ahead of 8 at both.
+COMBINE_CHUNK = 4
 
 
 def rms_norm(
@@ -631,6 +632,23 @@ if triton is not None:
                 tl.store(ticket, 0)
 
     @triton.jit
+    def _merge_split(sums_ptr, stats_ptr, rows, split, take, running_max, total, acc, HEAD_DIM: tl.constexpr):
+        """One split's partial sums merged into the running (max, total, acc) of the rows that `take` it."""
+        split_max = tl.load(stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"), cache_modifier=".cg")
+        split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0, cache_modifier=".cg")
+        d = tl.arange(0, HEAD_DIM)
+        split_sums = tl.load(
+            sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :],
+            mask=take[:, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        new_max = tl.maximum(running_max, split_max)
+        rescale = tl.exp(running_max - new_max)
+        weight = tl.exp(split_max - new_max)
+        return new_max, total * rescale + weight * split_total, acc * rescale[:, None] + weight[:, None] * split_sums
+
+    @triton.jit
     def _combine_splits(
         sums_ptr,
         stats_ptr,
@@ -648,34 +666,25 @@ if triton is not None:
     ):
         """Each row's splits 0 .. p // SPLIT merged in order, rescaled to their common max; the splits
         past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them.
-        CHUNK splits a loop step, unrolled, so that their loads are in flight together (the merge is a chain
-        of dependent reads otherwise: at 4,000 slots, 32 of them)."""
-        d = tl.arange(0, HEAD_DIM)
+        Whole runs of CHUNK splits a loop step, unrolled, so that their loads are in flight together (the
+        merge is a chain of dependent reads otherwise: at 4,000 slots, 32 of them); the rest one a step."""
         last = p // SPLIT  # each row's last split (-1 for padding rows: none)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        for chunk in range(0, tl.max(last, axis=0) + 1, CHUNK):
+        splits = tl.max(last, axis=0) + 1
+        whole = splits // CHUNK * CHUNK
+        for chunk in range(0, whole, CHUNK):
             for j in tl.static_range(CHUNK):
-                split = chunk + j
-                take = valid & (split <= last)
-                split_max = tl.load(
-                    stats_ptr + (rows + split) * 2, mask=take, other=float("-inf"), cache_modifier=".cg"
+                running_max, total, acc = _merge_split(
+                    sums_ptr, stats_ptr, rows, chunk + j, valid & (chunk + j <= last), running_max, total, acc, HEAD_DIM
                 )
-                split_total = tl.load(stats_ptr + (rows + split) * 2 + 1, mask=take, other=0.0, cache_modifier=".cg")
-                split_sums = tl.load(
-                    sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :],
-                    mask=take[:, None],
-                    other=0.0,
-                    cache_modifier=".cg",
-                )
-                new_max = tl.maximum(running_max, split_max)
-                rescale = tl.exp(running_max - new_max)
-                weight = tl.exp(split_max - new_max)
-                total = total * rescale + weight * split_total
-                acc = acc * rescale[:, None] + weight[:, None] * split_sums
-                running_max = new_max
+        for split in range(whole, splits):
+            running_max, total, acc = _merge_split(
+                sums_ptr, stats_ptr, rows, split, valid & (split <= last), running_max, total, acc, HEAD_DIM
+            )
         out = acc / tl.where(valid, total, 1.0)[:, None]
+        d = tl.arange(0, HEAD_DIM)
         tl.store(
             o_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :],
             out.to(o_ptr.dtype.element_ty),
