@@ -208,7 +208,7 @@ def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     for context in b.contexts:
         length = torch.tensor([context], device=device)
         inputs = [
-            (t[0, : context // 2], t[0, context // 2 :], length, b.K_max)
+            (t[0, : context // 2], t[0, context // 2 :], length, b.K_max, length - 1)
             for t in b.tokens(context + b.K_max + 2, device, vocab)
         ]
         points.append({"context": context, **b.time(search, inputs, device)})

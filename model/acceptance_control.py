@@ -90,10 +90,16 @@ class AcceptanceControl:
         (1..K and the look-ahead's K + 1)."""
         return min(self.accept.shape[1], K + 1)
 
-    def bind(self, reference: list[int], prompt_len: int, key: str) -> None:
+    def bind(self, reference: list[int], prompt_len: int, key: str, rate: float | None = None) -> None:
         """Load one prompt's reference continuation (the first token first) and its acceptance bits.
 
-        `key` (the prompt id) seeds the i.i.d. bits, so each prompt gets its own stream."""
+        `key` (the prompt id) seeds the i.i.d. bits, so each prompt gets its own stream. `rate`: an i.i.d.
+        control's rate from this prompt on (LookupControl's per category), in the same buffers, so the
+        graphs that read them serve every rate."""
+        if rate is not None:
+            if self.kind != "iid":
+                raise ValueError(f"a rate of its own needs an i.i.d. control, not {self.kind}")
+            self.rates = [rate]
         capacity = self.reference.numel()
         if prompt_len + len(reference) > capacity:
             raise UsageError(

@@ -7,7 +7,7 @@ target's greedy output whichever proposes:
   target's device; it shares the target's weights but keeps its own KV cache;
 - `prompt-lookup`: the tokens that followed an earlier occurrence of the context's last n-gram
   (model/prompt_lookup.py), searched on the target device with no host sync; with synthetic weights a
-  LookupControl (model/lookup_control.py) then sets which of them the target accepts.
+  LookupControl (model/lookup_control.py) then sets, in the same graph, which of them the target accepts.
 A model drafter that sat out some rounds first feeds every token its cache missed (from the output
 buffer, where the host knows how many there are), so its proposals condition on the true context. It
 feeds them in forwards of the widths of contracts.policies.catch_up_widths, whose graphs `capture`
@@ -65,7 +65,9 @@ class Drafting:
             if arm.drafter == "early-exit" and self.early is None:
                 raise UsageError(f"arm {arm.label()}: no early-exit draft was given")
         if self.policy.plays("prompt-lookup"):
-            self.search = LookupSearch(dec.target.max_seq_len, dec.K, dec.target_device, self.lookup_ngram, graphs)
+            self.search = LookupSearch(
+                dec.target.max_seq_len, dec.K, dec.target_device, self.lookup_ngram, graphs, self.lookup_control
+            )
         if self.early is not None:
             self.head = DenseHead(dec.target.head_weight)
             dec.steppers["early-exit"] = (
@@ -86,7 +88,7 @@ class Drafting:
             self.dec.target_forward(torch.zeros(1, n, dtype=torch.long, device=self.dec.target_device), start)
         played = {arm.drafter for arm in self.policy.arms}
         for K in sorted({arm.K for arm in self.policy.arms if arm.drafter == "prompt-lookup"}):
-            self.search(start, start, start + 1, K)  # a one-token context: every generation rewrites it
+            self.search(start, start, start + 1, K, start)  # a one-token context: every generation rewrites it
         models = {"draft-model": self.dec.draft, "early-exit": self.early}
         for drafter in sorted(played - {"prompt-lookup"}):
             body, heads, device, _ = self.dec.steppers[drafter]
@@ -139,11 +141,8 @@ class Drafting:
         dec, context = self.dec, run.prompt_len + run.least  # the host knows n: every deferred round reads it
         if arm.drafter == "prompt-lookup":
             dec._event("lookup", "target", arm.K)
-            with dec.clock.phase("draft_body", dec.target_device):
-                tokens = self.search(run.prompt, run.out, run.n + run.prompt_len, arm.K)
-                if self.lookup_control is not None:  # the proposals for positions p + 1 .. p + K
-                    tokens = self.lookup_control.propose(tokens, run.cursor[2:3] + 1 + dec.positions[: arm.K])
-                return Proposals(tokens)
+            with dec.clock.phase("draft_body", dec.target_device):  # for positions p + 1 .. p + K
+                return Proposals(self.search(run.prompt, run.out, run.n + run.prompt_len, arm.K, run.cursor[2:3]))
         first = max(2, context - run.cached.get(arm.drafter, context - 2))
         body, _, device, stream = dec.steppers[arm.drafter]
         cursor = run.cursor if device == dec.target_device else run.draft_cursor

@@ -48,27 +48,24 @@ class LookupControl:
         self, spec: str, vocab_size: int, capacity: int, device: torch.device, seed: int = 0, prompts_file=None
     ):
         self.spec, self.rates = spec, parse_rates(spec, prompts_file)
-        rates = set(self.rates.values())
-        self.controls = {rate: AcceptanceControl(f"a={rate}", vocab_size, capacity, device, seed) for rate in rates}
-        self.controls.setdefault(0.0, AcceptanceControl("a=0", vocab_size, capacity, device, seed))
-        self.active = self.controls[self.rate(None)]
+        # one control whose rate each bind sets: its buffers stay where prompt lookup's graph reads them
+        self.control = AcceptanceControl(f"a={self.rate(None)}", vocab_size, capacity, device, seed)
 
     def rate(self, category: str | None) -> float:
         return self.rates.get(category, self.rates.get("*", 0.0))
 
     def describe(self) -> dict:
         """The summary's `lookup_acceptance_control` object."""
-        return {"kind": "iid-per-category", "rates": self.rates, "seed": self.active.seed}
+        return {"kind": "iid-per-category", "rates": self.rates, "seed": self.control.seed}
 
     def bind(self, reference: list[int], prompt_len: int, prompt: Prompt) -> None:
         """Load one prompt's reference continuation and the bits of its category's rate."""
-        self.active = self.controls[self.rate(prompt.category)]
-        self.active.bind(reference, prompt_len, f"lookup/{prompt.id}")
+        self.control.bind(reference, prompt_len, f"lookup/{prompt.id}", self.rate(prompt.category))
 
     @property
     def accept(self) -> torch.Tensor:
-        return self.active.accept
+        return self.control.accept
 
     def propose(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The controlled proposals for the looked-up `tokens` at absolute `positions`."""
-        return self.active.propose(tokens, positions)
+        return self.control.propose(tokens, positions)

@@ -47,27 +47,39 @@ def lookup(tokens: torch.Tensor, length: torch.Tensor, K: int, max_ngram: int) -
 class LookupSearch:
     """Prompt lookup as the decoder runs it: the prompt and the output buffer gathered into one context
     buffer of fixed capacity (one copy), then `lookup` over the whole buffer (slots past the context's
-    length are masked), replayed as one CUDA graph per K with graphs on. Launched op by op, its 25 or
-    so small kernels cost 0.7-1.3 ms a round on an H200's host, varying with the host's speed in
-    stretches of rounds (reports/policies/README.md)."""
+    length are masked) and, with synthetic weights, the LookupControl's replacement of the proposals,
+    replayed as one CUDA graph per K with graphs on. Launched op by op, its 25 or so small kernels cost
+    0.7-1.3 ms a round on an H200's host, varying with the host's speed in stretches of rounds
+    (reports/policies/README.md); the control's few kernels, launched after the graph, were the larger
+    part of what the host still issued a round."""
 
-    def __init__(self, room: int, K_max: int, device, max_ngram: int, graphs: bool):
+    def __init__(self, room: int, K_max: int, device, max_ngram: int, graphs: bool, control=None):
         """`room`: the target's cache slots, which bound prompt + output; the decoder's output buffer
-        holds K_max + 2 slots past its last token."""
+        holds K_max + 2 slots past its last token. `control`: a LookupControl (its buffers are bound
+        in place per prompt, so one graph per K serves every prompt)."""
         self.context = torch.zeros(room + K_max + 2, dtype=torch.long, device=device)
-        self.max_ngram, self.graphs = max_ngram, graphs
+        self.max_ngram, self.graphs, self.control = max_ngram, graphs, control
+        self.offsets = torch.arange(1, K_max + 1, device=device)
         self._searches: dict[int, GraphedCall] = {}
 
-    def __call__(self, prompt: torch.Tensor, out: torch.Tensor, length: torch.Tensor, K: int) -> torch.Tensor:
-        """K proposals for the context prompt + out[: length - len(prompt)] (`length` a [1] device tensor)."""
+    def __call__(
+        self, prompt: torch.Tensor, out: torch.Tensor, length: torch.Tensor, K: int, last_position: torch.Tensor
+    ) -> torch.Tensor:
+        """K proposals for the context prompt + out[: length - len(prompt)] (`length` a [1] device tensor),
+        for the positions after `last_position` ([1], the context's last token's)."""
         n = prompt.numel() + out.numel()
         if n > self.context.numel():
             raise ValueError(f"prompt lookup: a context of {n} tokens exceeds its buffer of {self.context.numel()}")
         torch.cat([prompt, out], out=self.context[:n])
         if K not in self._searches:
-            search = partial(lookup, self.context, K=K, max_ngram=self.max_ngram)
-            self._searches[K] = GraphedCall(search, enabled=self.graphs)
-        return self._searches[K](length).clone()  # the graph's output is rewritten by its next replay
+            self._searches[K] = GraphedCall(partial(self._search, K=K), enabled=self.graphs)
+        return self._searches[K](length, last_position).clone()  # the graph's output is rewritten by its next replay
+
+    def _search(self, length: torch.Tensor, last_position: torch.Tensor, K: int) -> torch.Tensor:
+        tokens = lookup(self.context, length, K, self.max_ngram)
+        if self.control is None:
+            return tokens
+        return self.control.propose(tokens, last_position + self.offsets[:K])
 
 
 def lookup_reference(context: list[int], K: int, max_ngram: int) -> list[int]:

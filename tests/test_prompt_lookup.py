@@ -6,7 +6,9 @@ import random
 
 import torch
 
+from model.lookup_control import LookupControl
 from model.prompt_lookup import LookupSearch, lookup, lookup_reference, match_runs
+from model.prompts import Prompt
 
 
 def test_device_lookup_equals_the_reference_loop():
@@ -37,8 +39,25 @@ def test_the_decoders_search_over_its_reused_buffer_equals_the_reference_loop():
         emitted = rng.randint(0, len(out))  # the output buffer holds more than has been emitted
         K = rng.randint(1, 6)
         length = torch.tensor([len(prompt) + emitted])
-        got = search(torch.tensor(prompt), torch.tensor(out), length, K).tolist()
+        got = search(torch.tensor(prompt), torch.tensor(out), length, K, length - 1).tolist()
         assert got == lookup_reference(prompt + out[:emitted], K, 3), (prompt, out, emitted, K)
+
+
+def test_the_search_with_a_control_proposes_the_bound_categorys_tokens_after_the_last_position():
+    """The control runs inside the search (one graph with graphs on): at rate 1 the proposals are the
+    reference's tokens at the K positions after the context's last, at rate 0 none of them; one control's
+    buffers serve both categories, bound one after the other."""
+    control = LookupControl("summarization=1,*=0", vocab_size=50, capacity=64, device=torch.device("cpu"))
+    search = LookupSearch(58, 4, torch.device("cpu"), max_ngram=2, graphs=False, control=control)
+    prompt, reference = [7, 8, 9, 7, 8], [9, 7, 8, 11, 12, 13, 14, 15]
+    length = torch.tensor([len(prompt) + 3])  # the first 3 reference tokens emitted
+    args = (torch.tensor(prompt), torch.tensor(reference[:3]), length, 4, length - 1)
+    control.bind(reference, len(prompt), Prompt("1", "summarization", ""))
+    assert search(*args).tolist() == reference[3:7]
+    control.bind(reference, len(prompt), Prompt("2", "math", ""))
+    assert search(*args).tolist() == [(t + 1) % 50 for t in reference[3:7]]
+    uncontrolled = LookupSearch(58, 4, torch.device("cpu"), max_ngram=2, graphs=False)
+    assert uncontrolled(*args).tolist() == lookup_reference(prompt + reference[:3], 4, 2)
 
 
 def test_reference_examples_by_hand():
