@@ -88,6 +88,7 @@ class Scenario:
     arms_K: tuple = DEFAULT_ARMS_K
     tree: str | None = None  # contracts.trees spec; None: chains, with the acceptance source given
     all_reduce_scale: float = 1.0  # a tensor-parallel target's all-reduce costs, scaled (what-if allreduce=xF)
+    noise: tuple = (0.0, 0)  # (sigma, seed) of the round times policies observe (sim.schedules.SimulatedRun.observed)
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -522,7 +523,9 @@ def run(
     for config in r.configs:
         if progress is not None:
             progress.note(f"{config.schedule} {config.head}" if config.schedule != "baseline" else "baseline")
-        row = simulate(costs, config, r.sources[config.head], r.generations, s.seed, ceiling, advance=advance)
+        row = simulate(
+            costs, config, r.sources[config.head], r.generations, s.seed, ceiling, advance=advance, noise=s.noise
+        )
         if not rounds:
             del row["rounds_detail"]
         if row["decode_ms"] <= 0:

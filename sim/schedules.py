@@ -19,6 +19,8 @@ the host's issue time of each launch, its reads (`sync`) and its gaps after them
 
 from __future__ import annotations
 
+import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -114,6 +116,10 @@ class SimulatedRun:
     policy: Policy | None = None  # chooses each round's arm; lives across the run's generations
     cached: dict = field(default_factory=dict)  # model drafter -> cache positions valid after its last round
     read_end: float = 0.0  # when the last read's value reached the host (before its host gap)
+    # what a policy observes of a round's time, multiplied by exp(timing_noise * z) with z standard normal
+    # from noise_seed's stream: the simulated clock keeps the costs (validate/policies.py, noise_seeds)
+    timing_noise: float = 0.0
+    noise_seed: int = 0
 
     def __post_init__(self):
         self.target = DeviceStream(self.env, "target-device")
@@ -125,12 +131,18 @@ class SimulatedRun:
         self.cross_wait_ms = c.event_sync.device_ms() if self.two_devices else 0.0
         self.read_gap_ms = read_gap_ms(c, self.two_devices)
         self.memo = {}
+        self.noise = random.Random(self.noise_seed)
         if self.policy is None:
             self.policy = make_policy(self.config.policy, self.config.arms(), seed=0)
 
     @property
     def two_devices(self) -> bool:
         return self.config.placement == "two-gpu"
+
+    def observed(self, round_ms: float) -> float:
+        """A round's time as its policy observes it: a host's timings vary from round to round by a few
+        percent, and a bandit that rewards tokens per millisecond may choose its next arm on that."""
+        return round_ms * math.exp(self.timing_noise * self.noise.gauss(0.0, 1.0)) if self.timing_noise else round_ms
 
     # --- primitives -------------------------------------------------------------------------
     def log(self, name: str, stream: str, tokens: int | None = None) -> None:
@@ -482,7 +494,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         if ahead:
             used = accepted == K and bool(matches[K])
         emitted = min(accepted + 1, remaining)
-        m.policy.update(arm, accepted, emitted, m.read_end - start)
+        m.policy.update(arm, accepted, emitted, m.observed(m.read_end - start))
         m.drafted(arm, context, K if used else accepted)
         if not used:  # the next round's arm; f goes to the draft model when it drafts next
             arm = m.policy.choose() if remaining > emitted else arm

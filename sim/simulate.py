@@ -27,10 +27,20 @@ def _run(
     timeline: bool = False,
     policy: Policy | None = None,
     advance: Callable[[int], None] | None = None,
+    noise: tuple[float, int] = (0.0, 0),
 ) -> dict:
     env = simpy.Environment()
     policy = policy or make_policy(config.policy, config.arms(), seed)
-    m = SimulatedRun(env, costs, config, free_head=free_head, events=[] if events else None, policy=policy)
+    m = SimulatedRun(
+        env,
+        costs,
+        config,
+        free_head=free_head,
+        events=[] if events else None,
+        policy=policy,
+        timing_noise=noise[0],
+        noise_seed=noise[1],
+    )
     ttft, decode, recorded = [], [], {}
 
     def host_thread():
@@ -79,6 +89,7 @@ def simulate(
     timeline: bool = False,
     policy: Policy | None = None,
     advance: Callable[[int], None] | None = None,
+    noise: tuple[float, int] = (0.0, 0),
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
@@ -91,12 +102,22 @@ def simulate(
     `timeline`: also return what every stream did during the first generation (`result["timeline"]`:
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
     start; its prefills before it).
-    `advance`: called with each generation's decode tokens once it is simulated (progress)."""
+    `advance`: called with each generation's decode tokens once it is simulated (progress).
+    `noise`: (sigma, seed) of the round times the policy observes (SimulatedRun.observed)."""
     choices = _oracle_arms(costs, config, source, generations, seed) if config.policy == "oracle" else None
     given = policy
     policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: given)
     run = _run(
-        costs, config, source, generations, seed, events=events, timeline=timeline, policy=policy(), advance=advance
+        costs,
+        config,
+        source,
+        generations,
+        seed,
+        events=events,
+        timeline=timeline,
+        policy=policy(),
+        advance=advance,
+        noise=noise,
     )
     m: SimulatedRun = run["run"]
     decode_ms = sum(run["decode"])
@@ -135,7 +156,9 @@ def simulate(
         "generation_ms": run["decode"],
     }
     if ceiling and config.schedule != "baseline":
-        free = _run(costs, config, source, generations, seed, free_head=True, policy=policy(), advance=advance)
+        free = _run(
+            costs, config, source, generations, seed, free_head=True, policy=policy(), advance=advance, noise=noise
+        )
         free_ms = sum(free["decode"])
         result["head_only_tok_s"] = 1000.0 * tokens / free_ms if free_ms else 0.0
         result["head_only_ratio"] = (

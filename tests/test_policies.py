@@ -3,6 +3,8 @@ the oracle against every fixed arm, and per-drafter match runs from a trace."""
 
 import json
 import math
+import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -10,6 +12,7 @@ from contracts import UsageError
 from contracts.policies import UCB1, Arm, Heuristic, Thompson, arms, make_policy, reward
 from contracts.trace import check_trace_line
 from sim.scenario import Scenario, resolve, run, with_change
+from sim.simulate import simulate
 from tests.sim_fixtures import tiny_profile, trace_lines, write
 
 A, B = Arm("draft-model", 2), Arm("prompt-lookup", 4)
@@ -153,3 +156,29 @@ def test_a_trace_without_runs_replays_its_own_drafter_only(tmp_path):
     with pytest.raises(UsageError, match="records outcomes for draft-model only"):
         resolve(with_change(scenario, "drafter", "=", "early-exit"))
     assert json.loads(json.dumps(resolve(with_change(scenario, "policy", "=", "ucb1")).notes))
+
+
+def test_timing_noise_moves_what_a_policy_observes_and_not_the_clock(tmp_path):
+    """The noise multiplies the round times a policy is told by exp(sigma z): the simulated clock stays as
+    without it, the times told differ from the true ones by log ratios that spread about sigma, and the
+    seed fixes them, so a noisy replay of ucb1 is reproducible."""
+    profile, trace = _runs_trace(tmp_path)
+    scenario = Scenario(profile=str(profile), acceptance=f"trace:{trace}", schedules=("deferred",), heads=("dense",))
+    scenario = with_change(scenario, "drafter", "=", "draft-model+prompt-lookup")
+    resolved = resolve(scenario)
+    config = resolved.configs[1]
+    costs, source = resolved.profile.costs[resolved.regime], resolved.sources[config.head]
+
+    def told(noise: tuple) -> tuple[list[float], float]:
+        policy = make_policy("fixed", config.arms(), 0)
+        row = simulate(costs, config, source, resolved.generations, policy=policy, ceiling=False, noise=noise)
+        return [ms for _, _, ms in policy.history], row["decode_ms"]
+
+    true_ms, clock = told((0.0, 0))
+    noisy_ms, noisy_clock = told((0.2, 3))
+    assert noisy_clock == clock and len(noisy_ms) == len(true_ms) >= 30
+    logs = [math.log(n / t) for n, t in zip(noisy_ms, true_ms)]
+    assert 0.12 < statistics.pstdev(logs) < 0.28
+    assert told((0.2, 3))[0] == noisy_ms and told((0.2, 4))[0] != noisy_ms
+    ucb1 = with_change(scenario, "policy", "=", "ucb1")
+    assert run(replace(ucb1, noise=(0.2, 3)), ceiling=False)[0] == run(replace(ucb1, noise=(0.2, 3)), ceiling=False)[0]

@@ -96,6 +96,47 @@ def test_from_runs_predicts_the_recorded_runs_again_as_the_run_did(report, tmp_p
             assert s["profile_only_tok_s"] < r["profile_only_tok_s"]
 
 
+def test_online_policies_are_the_median_of_their_noisy_replays(report, tmp_path):
+    """ucb1 and thompson read round times, so with the calibration's timing noise each is the median of
+    its replays and carries their range; the heuristic reads accepted counts only, so its replays agree
+    and it has none. With --noise-seeds 0 every policy is one replay without noise."""
+    meta = json.loads((report / "results.json").read_text())["meta"]
+    assert meta["timing_noise"] > 0
+    rows = [r for c in json.loads((report / "results.json").read_text())["categories"].values() for r in c["rows"]]
+    ranged = [r for r in rows if r["predicted_range"]]
+    assert {r["label"] for r in ranged} <= {"ucb1", "thompson"} and ranged
+    assert all(low <= r["predicted_tok_s"] <= high for r in ranged for low, high in [r["predicted_range"]])
+    assert all(r["predicted_range"] is None for r in rows if r["label"] not in ("ucb1", "thompson"))
+    argv = ["--from-runs", str(report), "--profile", str(report.parent / "profile.json")]
+    assert main([*argv, "--out", str(tmp_path / "quiet"), "--noise-seeds", "0"]) == 0
+    quiet = json.loads((tmp_path / "quiet" / "results.json").read_text())["categories"]
+    assert all(r["predicted_range"] is None for c in quiet.values() for r in c["rows"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--noise-seeds", "4"], "--noise-seeds must be 0 (one replay without noise) or odd from 1 to 1001"),
+        (["--noise-seeds", "-1"], "--noise-seeds must be 0"),
+        (["--noise-seeds", "1003"], "got 1003"),
+    ],
+)
+def test_bad_noise_seeds_are_one_line_and_exit_2(report, tmp_path, capsys, extra, message):
+    argv = ["--from-runs", str(report), "--profile", str(report.parent / "profile.json"), "--out", str(tmp_path / "o")]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_noise_seeds_without_a_policy_validation_is_refused(tmp_path, capsys):
+    argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--noise-seeds", "3"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--noise-seeds: online policies' replays" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
 def test_drafters_without_the_draft_model_are_validated(tmp_path):
     """Early exit and prompt lookup alone (the real Gemma run's arms): no draft model, so no draft prefill
     to calibrate, and the simulator is never asked about a drafter the traces did not record."""

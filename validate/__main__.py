@@ -222,6 +222,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="SPEC",
         help="synthetic weights: prompt lookup's acceptance per category, e.g. summarization=0.9,rag=0.8,*=0.1",
     )
+    p.add_argument(
+        "--noise-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --drafter (or --from-runs of its runs): replays of each online policy under seeded timing noise "
+        "as large as the calibration's rounds vary; the prediction is their median, with their range "
+        f"(default {policies.NOISE_SEEDS}, odd; 0: one replay without noise)",
+    )
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
     p.add_argument(
         "--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a short trial)"
@@ -238,11 +247,18 @@ def main(argv=None) -> int:
         args = parse_args(argv)
         if args.trees != "chain" and (args.peers or args.drafter is not None or args.policy is not None):
             raise UsageError("--trees: trees run in the default validation, not with --peers, --drafter or --policy")
+        policy_run = args.drafter is not None or args.policy is not None
+        if args.noise_seeds is not None and not (
+            policy_run or (args.from_runs and policies.recorded_in(args.from_runs))
+        ):
+            raise UsageError(
+                "--noise-seeds: online policies' replays; use it with --drafter/--policy or their --from-runs"
+            )
         if args.from_runs and policies.recorded_in(args.from_runs):
             policies.run_from_runs(args)
         elif args.from_runs:
             pipeline.run_from_runs(args)
-        elif args.drafter is not None or args.policy is not None:
+        elif policy_run:
             policies.run(args)
         else:
             (peers if args.peers else pipeline).run(args)

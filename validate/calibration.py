@@ -17,6 +17,8 @@ never enter their own calibration."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 
 from contracts.names import REGIME_OF_GRAPHS_FLAG
@@ -123,10 +125,31 @@ def draft_prefill_edit(records, profile_path, placement: str, graphs: bool) -> t
     return (("draft.prefill_ms", "*=", measured / predicted),)
 
 
-def read_gap_from(records) -> float | None:
-    """The mean host gap after a read over the calibration generations (None where not recorded)."""
-    total = sum(summary.get("host_gap_ms") or 0.0 for *_, summary, _ in records)
-    count = sum(summary.get("host_gaps") or 0 for *_, summary, _ in records)
+def round_time_noise(traces: list[list[dict]]) -> float:
+    """How much a round's time varies from one round to the next, as the sigma of its logarithm: 1.4826
+    times the median absolute deviation of the log ratios of consecutive rounds' times, over sqrt(2)
+    (a ratio carries two rounds' noise, and a slow drift over a generation cancels in it). Each
+    generation's first round, which carries its prefill's tail, is left out; 0 with fewer than 2 ratios."""
+    ratios = []
+    for lines in traces:
+        previous = None
+        for line in lines:
+            ms = sum(line["phases_ms"].values()) + (line.get("host_gap_ms") or 0.0)
+            if line["round"] > 0 and previous and ms > 0:
+                ratios.append(math.log(ms / previous))
+            previous = ms if line["round"] > 0 else None
+    if len(ratios) < 2:
+        return 0.0
+    center = statistics.median(ratios)
+    return 1.4826 * statistics.median(abs(r - center) for r in ratios) / math.sqrt(2)
+
+
+def read_gap_from(summaries) -> float | None:
+    """The mean host gap after a read over the calibration generations' run summaries (None where not
+    recorded)."""
+    summaries = list(summaries)
+    total = sum(summary.get("host_gap_ms") or 0.0 for summary in summaries)
+    count = sum(summary.get("host_gaps") or 0 for summary in summaries)
     return total / count if count else None
 
 

@@ -351,7 +351,7 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
         scales = {**scales_from(pool, head, profile_path, placement, graphs), **shared}
         prefill = draft_prefill_edit(pool, profile_path, placement, graphs)
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
-        gap = read_gap_from(pool) if gap_in_profile else None
+        gap = read_gap_from(summary for *_, summary, _ in pool) if gap_in_profile else None
         if gap is not None:
             own_kind = [r for r in pool if (r[0].schedule == "baseline") == (group == "baseline")]
             gap = fitted_read_gap(own_kind, scales, gap, profile_path, placement, graphs, prefill)
