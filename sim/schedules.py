@@ -390,6 +390,7 @@ class SimulatedRun:
                 "context": context,
                 "lookahead_used": lookahead,
                 "drafter": arm.drafter if arm else ("draft-model" if K else None),
+                "end_ms": self.env.now,  # its read done: validate/policies.py fits the rounds' steady pace on it
             }
         )
 
