@@ -18,6 +18,9 @@ default all, in this order):
 - `awq-prefill`: the AWQ Qwen3-32B's forward over a PREFILL_TOKENS-token prompt as the decoder prefills
   it, with the dequantized route at PREFILL_ROWS (on) and without it (off: the Triton GEMM), in TFLOPS
   and as a share of a PEAK_GEMM_SIZE^3 bf16 GEMM timed in the same run.
+- `target-attention`: the AWQ Qwen3-32B target step (the decoder's width of measure.speed.TARGET_K + 1 tokens, one graph
+  replay) at contexts 300 and 4,000 with split-KV off and at each of TARGET_SPLIT_CHOICES slots per
+  program, against its floor; fused_ops.split_slots_for gives it WIDE_GROUP_SPLIT_SLOTS.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
@@ -49,13 +52,14 @@ from contracts.cli import OneLineParser
 from model import awq_prefill, dense_gemv, fused_ops
 from model.awq import AWQLinear
 from model.cli import run_torch_command
+from model.decoder import Decoder
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.loading import load_model
 from model.presets import PRESETS
 
 from .benchmarks import copy_bandwidth_gbs
-from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_SEED, draft_step
+from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .speed_file import (
     CONTEXT,
     LONG_CONTEXT,
@@ -79,7 +83,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "draft-attention", "draft-layer", "draft-gemv")
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -89,6 +93,7 @@ DEQUANT_LAUNCHES = [
 GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
+TARGET_SPLIT_CHOICES = (None, 128, 256, 512, 1024)
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
 GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
@@ -224,6 +229,28 @@ def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
 
     settings = {"off" if slots is None else f"split {slots}": split(slots) for slots in SPLIT_CHOICES}
     return draft_step_rows("draft-attention", settings, device, reps, bandwidth_gbs)
+
+
+def target_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The AWQ Qwen3-32B target step (the decoder's fixed width, graphs) at contexts CONTEXT and
+    LONG_CONTEXT with split-KV off and at each of TARGET_SPLIT_CHOICES slots per program, against its
+    floor (weights, head and the key-value cache read)."""
+    model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, LONG_CONTEXT + 200).model
+    default, rows = model.attention_split_slots, []
+    for context in (CONTEXT, LONG_CONTEXT):
+        kv_bytes = kv_cache_bytes(model.config, context, model.head_weight.element_size())
+        floor = floor_ms(model.body_parameters_bytes() + model.head_bytes() + kv_bytes, bandwidth_gbs)
+        vocab = model.config.vocab_size
+        steps = [(torch.randint(0, vocab, (1, 1), device=device), torch.tensor([context], device=device))] * 3
+        for slots in TARGET_SPLIT_CHOICES:
+            model.attention_split_slots = slots
+            timing = time_op(Decoder(model, K=TARGET_K).target_forward, steps, device, reps=reps)
+            setting = "off" if slots is None else f"split {slots}"
+            rows.append(
+                {"route": "target-attention", "setting": setting, "context": context, **timing, "floor_ms": floor}
+            )
+    model.attention_split_slots = default
+    return rows
 
 
 def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
@@ -444,6 +471,7 @@ def main(argv=None) -> int:
             "awq-dequant": lambda: awq_dequant_rows(device, args.reps),
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
+            "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [

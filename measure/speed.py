@@ -65,6 +65,7 @@ from .timing import (
 COMMAND = "python -m measure.speed"
 DRAFT, TARGET, TARGET_AWQ = "qwen3-0.6b", "qwen3-32b", "qwen3-32b-awq"
 CONTEXT, CACHE_SLOTS = 300, 1104
+TARGET_K = 7  # the target step's width is its decoder's, K + 1 = 8 tokens
 DRAFT_SEED, TARGET_SEED = 1, 0
 STEP_TOKENS = (5, 9, 77, 300)  # the draft step's inputs, rotated
 HEAD_BACKENDS = ("triton", "torch")
@@ -199,7 +200,7 @@ def target_rows(
             for module in model.modules():
                 if isinstance(module, AWQLinear):
                     module.select_kernel(kernel, dtype=torch.bfloat16)
-        step = Decoder(model, K=7).target_forward
+        step = Decoder(model, K=TARGET_K).target_forward
         for new_tokens in range(1, 9):
             inputs = [
                 (

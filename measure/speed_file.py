@@ -49,7 +49,7 @@ from model.loading import load_model
 
 from .benchmarks import copy_bandwidth_gbs
 from .hf_eager import time_hf_forward
-from .speed import DRAFT, DRAFT_SEED, STEP_TOKENS, TARGET, TARGET_AWQ, TARGET_SEED, draft_step
+from .speed import DRAFT, DRAFT_SEED, STEP_TOKENS, TARGET, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .timing import (
     at_least_one,
     check_out,
@@ -133,7 +133,7 @@ def load_draft_long(device: torch.device):
 def target_measurements(name: str, key: str, device: torch.device, reps: int, bandwidth_gbs: float) -> dict:
     """The decoder's target step over one new token at CONTEXT, its floor, and a prefill's TFLOPS."""
     model = load_model(name, device, "bfloat16", TARGET_SEED, max(CACHE_SLOTS, PREFILL_TOKENS + 64)).model
-    step = Decoder(model, K=7).target_forward
+    step = Decoder(model, K=TARGET_K).target_forward
     vocab = model.config.vocab_size
     inputs = [
         (torch.randint(0, vocab, (1, 1), device=device), torch.tensor([CONTEXT], device=device)) for _ in range(3)

@@ -35,6 +35,20 @@ ATTENTION_BLOCK_M = 16
 # 0.3 TB/s on H200). Splits start at fixed slots (0, SPLIT_SLOTS, ...), so a row's sum runs in the same
 # order whatever the other rows' positions; None: one program per KV head and row block walks every slot.
 SPLIT_SLOTS = 128
+# Where one KV head serves WIDE_GROUP or more query heads, each split program prepares and merges that many
+# more rows (times the forward's tokens), so fewer, longer splits pay: the 32B AWQ target step (8 query heads
+# a KV head, the decoder's width of 8 tokens, one H200) took 11.13-11.19 ms at context 4,000 with 512 slots
+# a split against 12.49-12.56 with 128 (300: 9.82-9.91 against 9.94-9.96; session 15). A model's split is
+# one constant (Transformer.attention_split_slots), never chosen per forward: a row's sums run over the same
+# splits whatever the forward's width, which keeps the target's verify and its own decoding exact.
+WIDE_GROUP, WIDE_GROUP_SPLIT_SLOTS = 8, 512
+
+
+def split_slots_for(n_heads: int, n_kv_heads: int) -> int:
+    """A model's split-KV slots per program (SPLIT_SLOTS, or WIDE_GROUP_SPLIT_SLOTS for wide groups)."""
+    return WIDE_GROUP_SPLIT_SLOTS if n_heads // n_kv_heads >= WIDE_GROUP else SPLIT_SLOTS
+
+
 # Forwards of more new tokens (prefill) take the one-pass kernel: they have row blocks enough, and the
 # partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
 # (model/decoder.py, width()), so they all take the same path.

@@ -260,7 +260,8 @@ class Transformer(nn.Module):
         )
         self.max_seq_len = 0
         self.kernels = "torch"  # or "fused": see use_fused_kernels
-        self.attention_split_slots = fused_ops.SPLIT_SLOTS  # fused attention's split-KV (None: off)
+        # fused attention's split-KV (None: off)
+        self.attention_split_slots = fused_ops.split_slots_for(config.n_heads, config.n_kv_heads)
         self.qkv_in_attention = True  # decode widths: q/k norms, RoPE, cache write in the attention (qkv_attention)
         self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding

@@ -111,3 +111,19 @@ def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
     want = Decoder(target, K=1, graphs=False).reference(prompt, 14)
     got = Decoder(target, draft, DenseHead(draft.head_weight), K=3, graphs=False).generate(prompt, 14, schedule)
     assert got.tokens == want
+
+
+def test_a_models_split_is_longer_where_a_kv_head_serves_many_query_heads():
+    """One constant per model (its decodes of every width then sum a row over the same splits): 512 slots
+    for Qwen3-32B's 8 query heads per KV head, 128 for the drafts' 2; the split route reads 512-slot
+    splits as it reads others."""
+    assert fused_ops.split_slots_for(64, 8) == fused_ops.WIDE_GROUP_SPLIT_SLOTS == 512
+    assert fused_ops.split_slots_for(16, 8) == fused_ops.split_slots_for(4, 2) == fused_ops.SPLIT_SLOTS
+    model = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=16, kernels="fused").model
+    assert model.attention_split_slots == fused_ops.SPLIT_SLOTS
+    q, k_cache, v_cache = _inputs(3, slots=1100)
+    pos = torch.tensor([511, 512, 1000])  # the last slot of a 512-slot split, the first of the next, a later one
+    k_cache[:, :, 1001:], v_cache[:, :, 1001:] = float("nan"), float("nan")  # never read
+    got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, 512)
+    reference = reference_attention(q, k_cache, v_cache, torch.arange(1100)[None, :] <= pos[:, None], 0.3)
+    assert (got.view(3, 4, 16).cpu() - reference).abs().max() <= TOL * reference.abs().max()
