@@ -474,9 +474,8 @@ def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: f
             )[0][1:]
             for seed in range(p["noise_seeds"])
         ]
-        for index, policy in enumerate(p["policies"]):
-            runs = sorted((replay[index] for replay in replays), key=lambda row: row["decode_tok_s"])
-            assert all(row["policy"] == policy for row in runs)
+        for policy in p["policies"]:
+            runs = sorted((row for replay in replays for row in replay if row["policy"] == policy), key=_tok_s)
             low, high = runs[0]["decode_tok_s"], runs[-1]["decode_tok_s"]  # none where the time goes unobserved
             out[policy] = {**runs[len(runs) // 2], "noise_range": (low, high) if low < high else None}
     base, _ = simulate(
@@ -488,9 +487,13 @@ def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: f
     return out
 
 
+def _tok_s(row: dict) -> float:
+    return row["decode_tok_s"]
+
+
 def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
-    """Cost scales from the calibration generations, the read gap measured in them (see the module
-    docstring) and the spread of their rounds' times; {'speculative': edits, 'baseline': edits, 'scales':
+    """Cost scales from the calibration generations, the read gap fitted to their rounds' steady pace
+    (`_steady_gap`) and the spread of their rounds' times; {'speculative': edits, 'baseline': edits, 'scales':
     ..., 'read_gap_ms': ..., 'timing_noise': ...}."""
     measured, predicted = Counter(), Counter()
     per_drafter = {}
