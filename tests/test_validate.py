@@ -387,6 +387,26 @@ def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_median_lengt
     assert len(calibration_ids) == 9
 
 
+def test_a_categorys_calibration_prompt_is_of_that_category_and_its_median_length():
+    from types import SimpleNamespace
+
+    from model.prompts import select_prompts
+
+    questions = select_prompts("first:100000")
+    writing = [q for q in questions if q.category == "writing"][:3]
+    math = [q for q in questions if q.category == "math"][:1]
+    tokenizer = SimpleNamespace(encode=lambda text: list(range(len(text.split()))))
+    pair = SimpleNamespace(target=SimpleNamespace(tokenizer=tokenizer))
+    validation = [*writing, *math]
+    ids = [tokenizer.encode(q.text)[:n] for q, n in zip(validation, (5, 7, 30, 11))]
+    work = SimpleNamespace(prompts=validation, ids=ids)
+    args = SimpleNamespace(prompts_file=None)
+    for category, length in (("writing", 7), ("math", 11)):
+        prompt, calibration_ids = pipeline.calibration_workload(args, pair, work, category)
+        assert prompt.category == category and prompt.id not in {q.id for q in validation}
+        assert len(calibration_ids) == length
+
+
 def test_a_shortlist_head_is_run_measured_into_the_profile_and_predicted(tmp_path):
     from model.head_assets import Shortlist, save_shortlist
 
@@ -458,3 +478,9 @@ def test_round_time_noise_is_the_spread_of_consecutive_rounds_log_ratios():
     assert round_time_noise([wobbly]) == pytest.approx(0.02 * 1.4826 / math.sqrt(2))
     assert round_time_noise([[line(0, 50.0)] + [line(i, 10.0) for i in range(1, 9)]]) == 0.0
     assert round_time_noise([[line(0, 50.0), line(1, 10.0), line(2, 12.0)]]) == 0.0
+    # a round's phases already hold its host gap (in `other`), and the closing append is the generation's
+    steady = [line(i, 10.0) for i in range(9)]
+    for i, entry in enumerate(steady):
+        entry["host_gap_ms"] = 0.1 * (i % 3)
+    steady[-1]["phases_ms"]["finalize"] = 3.0
+    assert round_time_noise([steady]) == 0.0

@@ -61,6 +61,47 @@ def test_the_lookup_control_shifts_prompt_lookups_acceptance_between_categories(
     assert rates["math"] == 0.0 and rates["writing"] > 0.5
 
 
+def test_each_category_is_calibrated_on_a_prompt_of_its_own(report):
+    """Every category has calibration generations of its own, on a prompt of that category that is no
+    validation prompt, and its predictions use that calibration."""
+    from model.prompts import select_prompts
+
+    meta = json.loads((report / "results.json").read_text())["meta"]
+    validation = {pid for ids in meta["prompts"].values() for pid in ids}
+    category_of = {q.id: q.category for q in select_prompts("first:100000")}
+    assert set(meta["calibration_prompt"]) == set(meta["prompts"]) == set(meta["calibration"])
+    for category, prompt_id in meta["calibration_prompt"].items():
+        assert prompt_id not in validation and category_of[prompt_id] == category
+        traces = report / "traces" / "calibration" / category
+        assert {path.name for path in traces.glob("*.summary.json")} == {
+            "baseline.summary.json",
+            *(f"fixed-{d}-K2.summary.json" for d in DRAFTERS),
+        }
+        assert all(line["prompt_id"] == prompt_id for line in read_trace(traces / "baseline.trace.jsonl"))
+
+
+def test_a_run_recorded_with_one_calibration_prompt_is_predicted_again_from_it(report, tmp_path):
+    """Runs recorded before calibration per category (one calibration folder for all) still predict."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(report, old)
+    first = next(iter(json.loads((report / "results.json").read_text())["meta"]["prompts"]))
+    calibration = old / "traces" / "calibration"
+    for path in (calibration / first).iterdir():
+        path.rename(calibration / path.name)
+    for folder in [f for f in calibration.iterdir() if f.is_dir()]:
+        shutil.rmtree(folder)
+    recorded = json.loads((old / "results.json").read_text())
+    recorded["meta"]["calibration_prompt"] = recorded["meta"]["calibration_prompt"][first]
+    (old / "results.json").write_text(json.dumps(recorded))
+    argv = ["--from-runs", str(old), "--profile", str(report.parent / "profile.json"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    meta = json.loads((tmp_path / "o" / "results.json").read_text())["meta"]
+    assert len(set(meta["calibration"].values())) == 1
+    assert set(meta["calibration_prompt"].values()) == {recorded["meta"]["calibration_prompt"]}
+
+
 def test_the_simulator_replays_each_fixed_arms_rounds_exactly(report):
     results = json.loads((report / "results.json").read_text())["categories"]
     for category in results.values():
@@ -102,7 +143,7 @@ def test_online_policies_are_the_median_of_their_noisy_replays(report, tmp_path,
     carries their range; the heuristic reads accepted counts only, so its replays agree and it has none.
     The run's own noise is whatever its CPU's rounds showed, so the replays here take a fixed 20%; with
     --noise-seeds 0 every policy is one replay without noise."""
-    assert json.loads((report / "results.json").read_text())["meta"]["timing_noise"] >= 0
+    assert min(json.loads((report / "results.json").read_text())["meta"]["timing_noise"].values()) >= 0
     monkeypatch.setattr(policies, "round_time_noise", lambda traces: 0.2)
     argv = ["--from-runs", str(report), "--profile", str(report.parent / "profile.json")]
     assert main([*argv, "--out", str(tmp_path / "noisy")]) == 0

@@ -125,16 +125,23 @@ def draft_prefill_edit(records, profile_path, placement: str, graphs: bool) -> t
     return (("draft.prefill_ms", "*=", measured / predicted),)
 
 
+def round_ms(line: dict) -> float:
+    """A traced round's own time: its phases (they sum to its wall time, the host gap inside `other`),
+    less the standalone append that closes a generation (paid once, not by the round)."""
+    phases = line["phases_ms"]
+    return sum(phases.values()) - phases.get("finalize", 0.0)
+
+
 def round_time_noise(traces: list[list[dict]]) -> float:
     """How much a round's time varies from one round to the next, as the sigma of its logarithm: 1.4826
-    times the median absolute deviation of the log ratios of consecutive rounds' times, over sqrt(2)
-    (a ratio carries two rounds' noise, and a slow drift over a generation cancels in it). Each
+    times the median absolute deviation of the log ratios of consecutive rounds' times (`round_ms`), over
+    sqrt(2) (a ratio carries two rounds' noise, and a slow drift over a generation cancels in it). Each
     generation's first round, which carries its prefill's tail, is left out; 0 with fewer than 2 ratios."""
     ratios = []
     for lines in traces:
         previous = None
         for line in lines:
-            ms = sum(line["phases_ms"].values()) + (line.get("host_gap_ms") or 0.0)
+            ms = round_ms(line)
             if line["round"] > 0 and previous and ms > 0:
                 ratios.append(math.log(ms / previous))
             previous = ms if line["round"] > 0 else None

@@ -7,21 +7,24 @@ with its own policy learning from nothing (warm-up generations first, then forgo
 target's greedy output under every one (checked), so every drafter's match runs are recorded once per
 prompt (model/drafter_runs.py) and written into every configuration's trace. The simulator then replays,
 per category, every fixed arm, every policy and the oracle on those runs with the profile's costs, once
-from the profile alone and once calibrated: a prompt that is no validation prompt is decoded in baseline
-and with each drafter fixed at the largest K, and each cost is scaled by measured / predicted time of its
-phase (target forwards; each drafter's body, head or lookup; validate/calibration.py's method, per
-drafter), and the read gap is fitted to the pace of their rounds after the first, up to the last read
-(`_steady_gap`). Unlike the default validation's, the fit leaves out each generation's first round and
-its final append: one prompt's generation per drafter has about 15 reads, and a fit to its total spread
-those one-off costs over them (0.37 ms a read where 0.09 was measured, session 15), which every validation
-round then paid. On the five policy runs of sessions 14-15 (reports/policies/), the median error was
-1.1-1.4% with this fit, against 1.6-1.9% fitted to totals and 0.6-2.9% with the measured gap alone. No
-configuration that is predicted enters its own calibration. Online policies are predicted as the median
-of `noise_seeds` replays, each with its own seed of timing noise on the round times the policy observes,
-as large as the calibration rounds' times vary from one round to the next: ucb1's choice of its next arm
-turns on a few percent of a round. The report gives per configuration measured and predicted tok/s and
-the error, and per category the order of the policies, measured and predicted, against the best fixed
-arm and the oracle (measured: per generation the fastest fixed arm's time).
+from the profile alone and once calibrated: per category, a prompt of that category that is no
+validation prompt is decoded in baseline and with each drafter fixed at the largest K, and each cost is
+scaled by measured / predicted time of its phase (target forwards; each drafter's body, head or lookup;
+validate/calibration.py's method, per drafter), and the read gap is fitted to the pace of their rounds
+after the first, up to the last read (`_steady_gap`). Unlike the default validation's, the fit leaves
+out each generation's first round and its final append: one prompt's generation per drafter has about 15
+reads, and a fit to its total spread those one-off costs over them (0.37 ms a read where 0.09 was
+measured, session 15), which every validation round then paid. The calibration is the category's own
+because what the fit absorbs depends on the workload: on the committed runs of session 15, a verify
+after a prompt lookup took 0.2-0.45 ms more than the profile's at contexts near 3,000 and nothing more
+near 240, so one long calibration prompt charged math's short rounds 0.2-0.5 ms each that they never
+paid (its prompt lookup predicted 4-5% slow). No configuration that is predicted enters its own
+calibration. Online policies are predicted as the median of `noise_seeds` replays, each with its own
+seed of timing noise on the round times the policy observes, as large as the calibration rounds' times
+vary from one round to the next: ucb1's choice of its next arm turns on a few percent of a round. The
+report gives per configuration measured and predicted tok/s and the error, and per category the order of
+the policies, measured and predicted, against the best fixed arm and the oracle (measured: per
+generation the fastest fixed arm's time).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
-from .calibration import described, draft_prefill_edit, read_gap_from, round_time_noise
+from .calibration import described, draft_prefill_edit, read_gap_from, round_ms, round_time_noise
 from .pipeline import calibration_workload, profile_has_read_gap
 from .plan import (
     Config,
@@ -226,8 +229,11 @@ def run(args) -> Path:
     categories: dict[str, list[int]] = {}
     for index, prompt in enumerate(work.prompts):
         categories.setdefault(prompt.category, []).append(index)
-    calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
-    everything = Workload([*work.prompts, calibration_prompt], [*work.ids, calibration_ids])
+    calibration_prompts = {category: calibration_workload(args, pair, work, category) for category in categories}
+    everything = Workload(
+        [*work.prompts, *(prompt for prompt, _ in calibration_prompts.values())],
+        [*work.ids, *(ids for _, ids in calibration_prompts.values())],
+    )
     refs = references(pair.decoder(head, K, p["graphs"], control), everything, reference_len)
     controls = {}
     if control is not None:
@@ -241,13 +247,14 @@ def run(args) -> Path:
         if lookup_control is not None:
             lookup_control.bind(refs[prompt.id], len(ids), prompt)
 
-    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories)) + 2 * (len(p["drafters"]) + 1)
+    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories))
+    total += 2 * (len(p["drafters"]) + 1) * len(categories)
     with staged(p["out"]) as folder, Progress(total, "validate policies", "gen") as progress:
         decoders = {s: decoder(s) for s in p["settings"]}
         runner = next(d for s, d in decoders.items() if s.policy != "baseline")
 
-        def record(setting, runs, category, match_runs) -> Measured:
-            """Trace and summary of one configuration's generations in `category`."""
+        def record(setting, runs, category, match_runs, calibration: bool = False) -> Measured:
+            """Trace and summary of one configuration's generations in `category` (or in its calibration)."""
             K_field = 0 if setting.policy == "baseline" else (setting.arm.K if setting.arm else K)
             lines = [
                 line
@@ -264,7 +271,7 @@ def run(args) -> Path:
             ]
             config = run_config_dict(
                 pair,
-                [work.prompts[i] for i in categories[category]] if category else [calibration_prompt],
+                [calibration_prompts[category][0]] if calibration else [work.prompts[i] for i in categories[category]],
                 _sim_config(setting, K),
                 probes,
                 p["graphs"],
@@ -277,7 +284,7 @@ def run(args) -> Path:
                 if lookup_control is not None:
                     config["lookup_acceptance_control"] = lookup_control.describe()
             summary = summarize(config, runs)
-            stem = folder / "traces" / (category or "calibration") / setting.name
+            stem = (folder / "traces" / "calibration" if calibration else folder / "traces") / category / setting.name
             stem.parent.mkdir(parents=True, exist_ok=True)
             write_trace(stem.with_suffix(".trace.jsonl"), lines)
             write_summary(stem.with_suffix(".summary.json"), summary)
@@ -293,19 +300,21 @@ def run(args) -> Path:
                 out[pid] = drafter_runs(runner, p["drafters"], everything.ids[i], g.tokens, controls)
             return out
 
-        # calibration first: baseline and every drafter fixed at the largest K, on a prompt of its own
-        # (after --warmup generations of it)
-        calibration_work = Workload([calibration_prompt], [calibration_ids])
-        calibration_runs = {}
+        # calibration first: per category, baseline and every drafter fixed at the largest K, on a
+        # prompt of its own (after --warmup generations of it)
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
-        calibration_index = [len(work.prompts)]
-        for setting in calibration_settings:
-            dec = decoders.get(setting) or decoder(setting)
-            generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
-            if setting.policy == "baseline":
-                match_runs = runs_for(calibration_index, generations)
-            calibration_runs[setting] = record(setting, generations, None, match_runs)
-            progress.update(2)
+        calibration_decoders = {s: decoders.get(s) or decoder(s) for s in calibration_settings}
+        calibration_runs: dict[str, dict[Setting, Measured]] = {}
+        for offset, (category, (prompt, ids)) in enumerate(calibration_prompts.items()):
+            calibration_work, index = Workload([prompt], [ids]), [len(work.prompts) + offset]
+            calibration_runs[category] = {}
+            for setting, dec in calibration_decoders.items():
+                generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
+                if setting.policy == "baseline":
+                    match_runs = runs_for(index, generations)
+                calibration_runs[category][setting] = record(setting, generations, category, match_runs, True)
+                progress.update(2)
+        calibration_decoders.clear()
 
         measured: dict[str, dict[Setting, Measured]] = {}
         for category, indices in categories.items():
@@ -320,8 +329,8 @@ def run(args) -> Path:
         decoders.clear()
         free_memory()
 
-        results, calibration = _predicted(measured, calibration_runs, folder, p, args.profile)
-        meta = _meta(args, p, weights, control, lookup_control, calibration, calibration_prompt, categories)
+        results, calibrations = _predicted(measured, calibration_runs, folder, p, args.profile)
+        meta = _meta(args, p, weights, control, lookup_control, calibrations, calibration_prompts, categories)
         report = _report(results, meta, p)
         write_atomic(folder / "report.md", report)
         write_atomic(folder / "results.json", json.dumps({"meta": meta, "categories": results}, indent=2) + "\n")
@@ -333,17 +342,26 @@ def run(args) -> Path:
 
 
 def _predicted(measured: dict, calibration_runs: dict, folder: Path, p: dict, profile_path) -> tuple[dict, dict]:
-    """(results per category, the calibration): every category's configurations predicted from the
-    profile alone and calibrated, against their measurements (`folder`/traces holds every trace)."""
-    calibration = _calibrate(calibration_runs, folder, p, profile_path)
-    results = {}
+    """(results per category, calibration per category): every category's configurations predicted from
+    the profile alone and calibrated on the category's own calibration generations (`calibration_runs`),
+    against their measurements (`folder`/traces holds every trace)."""
+    results, calibrations = {}, {}
     for category, runs in measured.items():
+        traces = calibration_traces(folder, category)
+        calibration = calibrations[category] = _calibrate(calibration_runs[category], traces, p, profile_path)
         trace = folder / "traces" / category / f"{Setting('fixed', p['choices'][0]).name}.trace.jsonl"
         noise = calibration["timing_noise"]
         alone = _predict(trace, p, profile_path, (), (), noise)
         calibrated = _predict(trace, p, profile_path, calibration["speculative"], calibration["baseline"], noise)
         results[category] = _compare(runs, alone, calibrated, p)
-    return results, calibration
+    return results, calibrations
+
+
+def calibration_traces(folder: Path, category: str) -> Path:
+    """Where `category`'s calibration traces are: its own folder, or (a run recorded before session 16,
+    with one calibration prompt for every category) the calibration folder itself."""
+    own = folder / "traces" / "calibration" / category
+    return own if own.is_dir() else own.parent
 
 
 def recorded_in(folder) -> bool:
@@ -387,14 +405,18 @@ def run_from_runs(args) -> Path:
     with staged(Path(args.out)) as folder:
         shutil.copytree(source / "traces", folder / "traces")
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, p["K"])) for d in drafters]
-        calibration_runs = {s: _recorded(folder / "traces" / "calibration", s, True) for s in calibration_settings}
+        calibration_runs = {
+            c: {s: _recorded(calibration_traces(folder, c), s, True) for s in calibration_settings} for c in categories
+        }
         measured = {
             c: {s: _recorded(folder / "traces" / c, s, exact[(c, s.label)]) for s in settings} for c in categories
         }
-        results, calibration = _predicted(measured, calibration_runs, folder, p, args.profile)
+        results, calibrations = _predicted(measured, calibration_runs, folder, p, args.profile)
         meta = dict(recorded["meta"])
+        if not isinstance(meta["calibration_prompt"], dict):  # one calibration prompt served every category
+            meta["calibration_prompt"] = dict.fromkeys(categories, meta["calibration_prompt"])
         meta.update(
-            _calibration_meta(calibration),
+            _calibration_meta(calibrations),
             command=f"{meta['command']}` (measured); predicted again from its runs by `{args.command}",
             profile=args.profile,
         )
@@ -491,14 +513,14 @@ def _tok_s(row: dict) -> float:
     return row["decode_tok_s"]
 
 
-def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
+def _calibrate(runs: dict, traces: Path, p: dict, profile_path) -> dict:
     """Cost scales from the calibration generations, the read gap fitted to their rounds' steady pace
     (`_steady_gap`) and the spread of their rounds' times; {'speculative': edits, 'baseline': edits, 'scales':
     ..., 'read_gap_ms': ..., 'timing_noise': ...}."""
     measured, predicted = Counter(), Counter()
     per_drafter = {}
     for setting, m in runs.items():
-        trace = folder / "traces" / "calibration" / f"{setting.name}.trace.jsonl"
+        trace = traces / f"{setting.name}.trace.jsonl"
         row = _one(trace, setting, p, profile_path, ())
         phases = m.summary.get("phases_ms") or {}
         for phase in ("verify", "finalize"):
@@ -519,15 +541,15 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
         (_sim_config(s, p["K"]), None, read_trace(trace), m.summary, trace)
         for s, m in runs.items()
         if s.arm is not None and s.arm.drafter == "draft-model"
-        for trace in [folder / "traces" / "calibration" / f"{s.name}.trace.jsonl"]
+        for trace in [traces / f"{s.name}.trace.jsonl"]
     ]
     prefill = draft_prefill_edit(drafted, profile_path, p["placement"], p["graphs"])
     edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items())) + prefill
     gaps = {"baseline": None, "speculative": None}
     for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
         chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
-        gaps[kind] = _steady_gap(chosen, folder, p, profile_path, edits)
-    fixed = [read_trace(folder / "traces" / "calibration" / f"{s.name}.trace.jsonl") for s in runs if s.arm is not None]
+        gaps[kind] = _steady_gap(chosen, traces, p, profile_path, edits)
+    fixed = [read_trace(traces / f"{s.name}.trace.jsonl") for s in runs if s.arm is not None]
     return {
         "scales": scales,
         "prefill": prefill,
@@ -538,7 +560,7 @@ def _calibrate(runs: dict, folder: Path, p: dict, profile_path) -> dict:
     }
 
 
-def _steady_gap(runs: dict, folder: Path, p: dict, profile_path, edits) -> float | None:
+def _steady_gap(runs: dict, traces: Path, p: dict, profile_path, edits) -> float | None:
     """The read gap at which `runs`' rounds after their first, up to their last read, take their measured
     time in total (None: no gaps recorded). A generation's first round carries its prefill's tail and its
     end the standalone append: paid once, they stay out of what every read is charged."""
@@ -548,13 +570,13 @@ def _steady_gap(runs: dict, folder: Path, p: dict, profile_path, edits) -> float
     measured = predicted = 0.0
     reads = 0
     for setting in runs:
-        trace = folder / "traces" / "calibration" / f"{setting.name}.trace.jsonl"
+        trace = traces / f"{setting.name}.trace.jsonl"
         simulated = _one(trace, setting, p, profile_path, edits + (("host.read_gap_ms", "=", gap),), rounds=True)
         lines, rounds = read_trace(trace), simulated["rounds_detail"]
         for prompt_id in dict.fromkeys(line["prompt_id"] for line in lines):
             mine = [line for line in lines if line["prompt_id"] == prompt_id]
             ends = [r["end_ms"] for r in rounds if r["prompt_id"] == prompt_id]
-            measured += sum(sum(line["phases_ms"].values()) - line["phases_ms"]["finalize"] for line in mine[1:])
+            measured += sum(round_ms(line) for line in mine[1:])
             predicted += ends[-1] - ends[0]
             reads += len(mine) - 1
     return max(0.0, gap + (measured - predicted) / reads) if reads else gap
@@ -692,7 +714,12 @@ def _report(results: dict, meta: dict, p: dict) -> str:
         f"{meta['warmup']} warm-up generation(s) per configuration and category.",
         f"- Acceptance: {meta['acceptance']}.",
         f"- Profile: {meta['profile']}.",
-        f"- Calibration (prompt {meta['calibration_prompt']}): {meta['calibration']}.",
+        "- Calibration per category, on the prompt named (the baseline and each drafter at the largest K):",
+        *(
+            f"  - {category} (prompt {meta['calibration_prompt'][category]}): {text}; round-time sigma "
+            f"{100 * meta['timing_noise'][category]:.2f}%."
+            for category, text in meta["calibration"].items()
+        ),
         f"- Online policies: {_replays(p['noise_seeds'], meta['timing_noise'])}.",
         "",
         f"**Simulator |error| over {sum(len(c['rows']) for c in results.values())} configurations: "
@@ -760,14 +787,14 @@ def _report(results: dict, meta: dict, p: dict) -> str:
     return "\n".join(parts)
 
 
-def _replays(seeds: int, noise: float) -> str:
-    """How the report's online policies were predicted."""
-    if not seeds or noise <= 0:
+def _replays(seeds: int, noise: dict) -> str:
+    """How the report's online policies were predicted (`noise`: the round-time sigma per category)."""
+    if not seeds or max(noise.values()) <= 0:
         return "one replay each, without timing noise"
     return (
         f"each the median of {seeds} replays, each with its own seed of timing noise on the round times the "
-        f"policy observes (sigma {100 * noise:.2f}% of a round, the calibration rounds' spread from one round "
-        "to the next); `replays' range` gives the slowest and the fastest"
+        "policy observes (the category's round-time sigma: its calibration rounds' spread from one round to "
+        "the next); `replays' range` gives the slowest and the fastest"
     )
 
 
@@ -792,14 +819,14 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dict, prompt, categories: dict) -> dict:
+def _meta(args, p: dict, weights: str, control, lookup_control, calibrations: dict, prompts, categories: dict) -> dict:
     acceptance = "the drafters' own proposals (no acceptance control)"
     if control is not None:
         acceptance = f"draft model under acceptance control {control.spec} (seed {control.seed})"
     if lookup_control is not None:
         acceptance += f"; prompt lookup under acceptance control {lookup_control.spec} per category"
     return {
-        **_calibration_meta(calibration),
+        **_calibration_meta(calibrations),
         "weights": weights,
         "target": args.target,
         "draft": args.draft,
@@ -813,19 +840,27 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibration: dic
         "max_new_tokens": args.max_new_tokens,
         "warmup": args.warmup,
         "profile": args.profile,
-        "calibration_prompt": prompt.id,
+        "calibration_prompt": {category: prompt.id for category, (prompt, _) in prompts.items()},
         "command": args.command,
     }
 
 
-def _calibration_meta(calibration: dict) -> dict:
-    scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
-    scales += "".join(f", {described(edit)}" for edit in calibration["prefill"])
-    gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
+def _calibration_meta(calibrations: dict) -> dict:
+    """The calibration of each category, for results.json's meta and the report."""
+
+    def text(calibration: dict) -> str:
+        scales = ", ".join(f"{path} x{factor:.4f}" for path, factor in sorted(calibration["scales"].items()))
+        scales += "".join(f", {described(edit)}" for edit in calibration["prefill"])
+        gaps = ", ".join(f"{kind} read gap {_number(gap)} ms" for kind, gap in calibration["read_gap_ms"].items())
+        return f"{scales}; {gaps}"
+
+    def each(read) -> dict:
+        return {category: read(calibration) for category, calibration in calibrations.items()}
+
     return {
-        "calibration": f"{scales}; {gaps}",
-        "calibration_scales": calibration["scales"],
-        "calibration_draft_prefill": [f"{path}{op}{value:g}" for path, op, value in calibration["prefill"]],
-        "calibration_read_gap_ms": calibration["read_gap_ms"],
-        "timing_noise": calibration["timing_noise"],
+        "calibration": each(text),
+        "calibration_scales": each(lambda c: c["scales"]),
+        "calibration_draft_prefill": each(lambda c: [f"{path}{op}{value:g}" for path, op, value in c["prefill"]]),
+        "calibration_read_gap_ms": each(lambda c: c["read_gap_ms"]),
+        "timing_noise": each(lambda c: c["timing_noise"]),
     }
