@@ -102,6 +102,37 @@ def test_a_run_recorded_with_one_calibration_prompt_is_predicted_again_from_it(r
     assert set(meta["calibration_prompt"].values()) == {recorded["meta"]["calibration_prompt"]}
 
 
+def test_each_configuration_is_measured_as_the_median_of_its_runs(report):
+    """Every configuration runs REPEATS times per category; its measurement is the median run's tok/s,
+    with the runs' range."""
+    from contracts.trace import read_summary
+
+    results = json.loads((report / "results.json").read_text())["categories"]
+    for category, c in results.items():
+        for r in c["rows"]:
+            stems = [r["configuration"]] + [f"{r['configuration']}.repeat-{n}" for n in range(2, policies.REPEATS + 1)]
+            speeds = sorted(
+                read_summary(report / "traces" / category / f"{x}.summary.json")["decode_tok_s"] for x in stems
+            )
+            assert r["measured_tok_s"] == speeds[len(speeds) // 2]
+            assert r["measured_range"] == [speeds[0], speeds[-1]]
+            assert not (
+                report / "traces" / category / f"{r['configuration']}.repeat-{len(stems) + 1}.summary.json"
+            ).exists()
+
+
+def test_the_median_run_is_one_run_exact_only_if_every_run_is():
+    def run(tok_s, exact=True, ms=(1.0, 2.0)):
+        return policies.Measured({"decode_tok_s": tok_s}, exact, list(ms), {"a": tok_s})
+
+    middle = policies.median_run([run(3.0, ms=(5.0, 1.0)), run(1.0, ms=(1.0, 3.0)), run(2.0, False, ms=(2.0, 2.0))])
+    assert middle.summary["decode_tok_s"] == 2.0 and middle.pulls == {"a": 2.0}
+    assert middle.runs_range == (1.0, 3.0) and not middle.exact
+    assert middle.generation_ms == [2.0, 2.0]
+    alone = policies.median_run([run(4.0)])
+    assert alone.runs_range is None and alone.exact
+
+
 def test_the_simulator_replays_each_fixed_arms_rounds_exactly(report):
     results = json.loads((report / "results.json").read_text())["categories"]
     for category in results.values():
@@ -175,6 +206,23 @@ def test_bad_noise_seeds_are_one_line_and_exit_2(report, tmp_path, capsys, extra
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("count", ["2", "0", "17"])
+def test_bad_repeats_are_one_line_and_exit_2(report, tmp_path, capsys, count):
+    argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--drafter", "draft-model"]
+    argv += ["--profile", str(report.parent / "profile.json"), "--repeats", count, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--repeats must be odd from 1 to 15 (the median is one run), got {count}" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_repeats_without_a_policy_validation_is_refused(tmp_path, capsys):
+    argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--repeats", "3"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--repeats: runs of each drafter/policy configuration" in err[0]
 
 
 def test_noise_seeds_without_a_policy_validation_is_refused(tmp_path, capsys):

@@ -231,6 +231,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "as large as the calibration's rounds vary; the prediction is their median, with their range "
         f"(default {policies.NOISE_SEEDS}, odd; 0: one replay without noise)",
     )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --drafter: runs of each configuration per category, each run of every configuration before the "
+        f"next; the measurement is their median, with their range (default {policies.REPEATS}, odd)",
+    )
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
     p.add_argument(
         "--schedule", default=None, help="--peers: our speculative schedule (default: the fastest in a short trial)"
@@ -254,6 +262,8 @@ def main(argv=None) -> int:
             raise UsageError(
                 "--noise-seeds: online policies' replays; use it with --drafter/--policy or their --from-runs"
             )
+        if args.repeats is not None and not policy_run:
+            raise UsageError("--repeats: runs of each drafter/policy configuration; use it with --drafter/--policy")
         if args.from_runs and policies.recorded_in(args.from_runs):
             policies.run_from_runs(args)
         elif args.from_runs:

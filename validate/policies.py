@@ -75,6 +75,9 @@ ONLINE = tuple(p for p in POLICIES if p != "fixed")
 # ucb1's median moved by up to 2% from 15 replays to 51, and by under 0.5% from 51 to 101 (8 s in all).
 NOISE_SEEDS = 51
 MAX_NOISE_SEEDS = 1001
+# Runs of each configuration per category, interleaved (`median_run`): the measurement is the median run.
+REPEATS = 3
+MAX_REPEATS = 15
 # profile cost -> the phases whose measured / predicted time scales it, per drafter that pays it
 DRAFTER_COSTS = {
     "draft-model": {"draft.body_ms": ("draft_body",)},
@@ -104,10 +107,31 @@ class Setting:
 
 @dataclass
 class Measured:
+    """A configuration's generations in one category: one run, or (`median_run`) the median of its runs."""
+
     summary: dict
     exact: bool
     generation_ms: list  # decode ms per prompt
     pulls: dict = field(default_factory=dict)  # arm label -> rounds played
+    runs_range: tuple | None = None  # (slowest, fastest) decode tok/s of the runs, where there were several
+
+
+def median_run(runs: list[Measured]) -> Measured:
+    """The run of median decode tok/s (an odd count), exact only if every run is, with each prompt's median
+    time and the runs' range. A configuration run several times, interleaved with the others, is measured
+    so: a host's slow spell or a bandit's unlucky arm moves one run, not the median (on one H200 in
+    session 16 one fixed arm's rounds paid 0.3 ms more host time for a whole run, 6% of its tok/s)."""
+    ordered = sorted(runs, key=lambda m: m.summary["decode_tok_s"])
+    middle = ordered[len(ordered) // 2]
+    if len(runs) == 1:
+        return middle
+    return Measured(
+        middle.summary,
+        all(m.exact for m in runs),
+        [statistics.median(times) for times in zip(*(m.generation_ms for m in runs))],
+        middle.pulls,
+        (ordered[0].summary["decode_tok_s"], ordered[-1].summary["decode_tok_s"]),
+    )
 
 
 def parse_policies(text: str) -> tuple[str, ...]:
@@ -119,6 +143,14 @@ def parse_policies(text: str) -> tuple[str, ...]:
     if bad or not chosen:
         raise UsageError(f"--policy: {bad[0] if bad else text!r} is unknown; valid: {', '.join(POLICIES)}, or all")
     return tuple(p for p in chosen if p != "fixed")
+
+
+def repeats(args) -> int:
+    """--repeats, checked: an odd count up to MAX_REPEATS (default REPEATS)."""
+    count = REPEATS if args.repeats is None else args.repeats
+    if not (count % 2 and 1 <= count <= MAX_REPEATS):
+        raise UsageError(f"--repeats must be odd from 1 to {MAX_REPEATS} (the median is one run), got {count}")
+    return count
 
 
 def noise_seeds(args) -> int:
@@ -152,7 +184,7 @@ def plan(args) -> dict:
         raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    seeds = noise_seeds(args)
+    seeds, count = noise_seeds(args), repeats(args)
     if args.measure or not args.profile:
         raise UsageError(
             "--drafter/--policy need --profile PATH with the drafters' costs (python -m measure "
@@ -183,6 +215,7 @@ def plan(args) -> dict:
         prompts=prompts,
         out=out,
         noise_seeds=seeds,
+        repeats=count,
     )
 
 
@@ -247,14 +280,15 @@ def run(args) -> Path:
         if lookup_control is not None:
             lookup_control.bind(refs[prompt.id], len(ids), prompt)
 
-    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories))
+    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories)) * p["repeats"]
     total += 2 * (len(p["drafters"]) + 1) * len(categories)
     with staged(p["out"]) as folder, Progress(total, "validate policies", "gen") as progress:
         decoders = {s: decoder(s) for s in p["settings"]}
         runner = next(d for s, d in decoders.items() if s.policy != "baseline")
 
-        def record(setting, runs, category, match_runs, calibration: bool = False) -> Measured:
-            """Trace and summary of one configuration's generations in `category` (or in its calibration)."""
+        def record(setting, runs, category, match_runs, calibration: bool = False, repeat: int = 1) -> Measured:
+            """Trace and summary of one configuration's generations in `category` (or in its calibration);
+            `repeat`: which of its runs (`run_stem`)."""
             K_field = 0 if setting.policy == "baseline" else (setting.arm.K if setting.arm else K)
             lines = [
                 line
@@ -284,10 +318,10 @@ def run(args) -> Path:
                 if lookup_control is not None:
                     config["lookup_acceptance_control"] = lookup_control.describe()
             summary = summarize(config, runs)
-            stem = (folder / "traces" / "calibration" if calibration else folder / "traces") / category / setting.name
-            stem.parent.mkdir(parents=True, exist_ok=True)
-            write_trace(stem.with_suffix(".trace.jsonl"), lines)
-            write_summary(stem.with_suffix(".summary.json"), summary)
+            where = (folder / "traces" / "calibration" if calibration else folder / "traces") / category
+            where.mkdir(parents=True, exist_ok=True)
+            write_trace(where / f"{run_stem(setting, repeat)}.trace.jsonl", lines)
+            write_summary(where / f"{run_stem(setting, repeat)}.summary.json", summary)
             exact = all(g.tokens == refs[pid][: len(g.tokens)] for pid, g in runs)
             pulls = Counter(f"{r.drafter}:K{r.proposed}" for _, g in runs for r in g.rounds if r.drafter)
             return Measured(summary, exact, [g.decode_ms for _, g in runs], dict(pulls))
@@ -319,13 +353,15 @@ def run(args) -> Path:
         measured: dict[str, dict[Setting, Measured]] = {}
         for category, indices in categories.items():
             chunk = Workload([work.prompts[i] for i in indices], [work.ids[i] for i in indices])
-            measured[category] = {}
-            for setting in p["settings"]:
-                progress.note(f"{category} {setting.name}")
-                generations = _decode(decoders[setting], chunk, setting, args, control, refs, args.warmup, progress)
-                if setting.policy == "baseline":
-                    match_runs = runs_for(indices, generations)
-                measured[category][setting] = record(setting, generations, category, match_runs)
+            runs = {setting: [] for setting in p["settings"]}
+            for repeat in range(1, p["repeats"] + 1):  # each run of every configuration before the next
+                for setting in p["settings"]:
+                    progress.note(f"{category} {setting.name} run {repeat}")
+                    generations = _decode(decoders[setting], chunk, setting, args, control, refs, args.warmup, progress)
+                    if setting.policy == "baseline" and repeat == 1:
+                        match_runs = runs_for(indices, generations)
+                    runs[setting].append(record(setting, generations, category, match_runs, repeat=repeat))
+            measured[category] = {setting: median_run(each) for setting, each in runs.items()}
         decoders.clear()
         free_memory()
 
@@ -399,6 +435,7 @@ def run_from_runs(args) -> Path:
         placement=placement,
         graphs=graphs,
         noise_seeds=seeds,
+        repeats=recorded["meta"].get("repeats", 1),
     )
     check_out(Path(args.out), args.force)
     exact = {(c, r["label"]): r["exact"] for c, result in recorded["categories"].items() for r in result["rows"]}
@@ -438,12 +475,21 @@ def _policy_config(folder: Path) -> dict:
     raise UsageError(f"--from-runs: no online policy's run in {folder}")
 
 
+def run_stem(setting: Setting, repeat: int) -> str:
+    """The file stem of a configuration's run: its name for the first, name.repeat-N for run N."""
+    return setting.name if repeat == 1 else f"{setting.name}.repeat-{repeat}"
+
+
 def _recorded(folder: Path, setting: Setting, exact: bool) -> Measured:
-    """A configuration's recorded generations in one category (or the calibration's), as measured."""
-    summary = read_summary(folder / f"{setting.name}.summary.json")
-    lines = read_trace(folder / f"{setting.name}.trace.jsonl")
-    pulls = Counter(f"{line['drafter']}:K{line['proposed']}" for line in lines if line.get("drafter"))
-    return Measured(summary, exact, [g["decode_ms"] for g in summary["per_prompt"]], dict(pulls))
+    """A configuration's recorded runs in one category (or the calibration's), as measured (`median_run`)."""
+    runs, repeat = [], 1
+    while (folder / f"{run_stem(setting, repeat)}.summary.json").is_file():
+        summary = read_summary(folder / f"{run_stem(setting, repeat)}.summary.json")
+        lines = read_trace(folder / f"{run_stem(setting, repeat)}.trace.jsonl")
+        pulls = Counter(f"{line['drafter']}:K{line['proposed']}" for line in lines if line.get("drafter"))
+        runs.append(Measured(summary, exact, [g["decode_ms"] for g in summary["per_prompt"]], dict(pulls)))
+        repeat += 1
+    return median_run(runs)
 
 
 def _decode(dec, work, setting, args, control, refs, warmup, progress=None):
@@ -618,6 +664,7 @@ def _compare(measured: dict, alone: dict, calibrated: dict, p: dict) -> dict:
                 "measured_pulls": m.pulls,
                 "predicted_pulls": calibrated[label].get("pulls", {}) if setting.policy not in ("baseline",) else {},
                 "predicted_range": calibrated[label].get("noise_range"),
+                "measured_range": m.runs_range,
             }
         )
     fixed = [(s, m) for s, m in measured.items() if s.policy == "fixed"]
@@ -712,6 +759,7 @@ def _report(results: dict, meta: dict, p: dict) -> str:
         f"policies: {', '.join(p['policies'])}; schedule {SCHEDULE}; draft-model head {p['head']}.",
         f"- Prompts: {meta['prompt_count']} ({meta['per_category']}), {meta['max_new_tokens']} tokens each, "
         f"{meta['warmup']} warm-up generation(s) per configuration and category.",
+        f"- Measured: {_measured_as(meta.get('repeats', 1))}.",
         f"- Acceptance: {meta['acceptance']}.",
         f"- Profile: {meta['profile']}.",
         "- Calibration per category, on the prompt named (the baseline and each drafter at the largest K):",
@@ -735,6 +783,7 @@ def _report(results: dict, meta: dict, p: dict) -> str:
             [
                 r["label"],
                 f"{r['measured_tok_s']:.2f}",
+                f"{r['measured_range'][0]:.2f}-{r['measured_range'][1]:.2f}" if r.get("measured_range") else "",
                 f"{r['predicted_tok_s']:.2f}",
                 f"{r['predicted_range'][0]:.2f}-{r['predicted_range'][1]:.2f}" if r["predicted_range"] else "",
                 f"{100 * r['error']:+.1f}%",
@@ -751,6 +800,7 @@ def _report(results: dict, meta: dict, p: dict) -> str:
                 [
                     "configuration",
                     "measured tok/s",
+                    "runs' range",
                     "predicted",
                     "replays' range",
                     "error",
@@ -785,6 +835,16 @@ def _report(results: dict, meta: dict, p: dict) -> str:
             "",
         ]
     return "\n".join(parts)
+
+
+def _measured_as(count: int) -> str:
+    """How the report's measurements were taken."""
+    if count == 1:
+        return "one run of each configuration per category"
+    return (
+        f"the median of {count} runs of each configuration per category, each run of every configuration "
+        "before the next (`runs' range` gives the slowest and the fastest)"
+    )
 
 
 def _replays(seeds: int, noise: dict) -> str:
@@ -839,6 +899,7 @@ def _meta(args, p: dict, weights: str, control, lookup_control, calibrations: di
         "per_category": ", ".join(f"{c}: {len(i)}" for c, i in categories.items()),
         "max_new_tokens": args.max_new_tokens,
         "warmup": args.warmup,
+        "repeats": p["repeats"],
         "profile": args.profile,
         "calibration_prompt": {category: prompt.id for category, (prompt, _) in prompts.items()},
         "command": args.command,
