@@ -73,11 +73,31 @@ def test_each_category_is_calibrated_on_a_prompt_of_its_own(report):
     for category, prompt_id in meta["calibration_prompt"].items():
         assert prompt_id not in validation and category_of[prompt_id] == category
         traces = report / "traces" / "calibration" / category
+        names = ["baseline", *(f"fixed-{d}-K2" for d in DRAFTERS)]
         assert {path.name for path in traces.glob("*.summary.json")} == {
-            "baseline.summary.json",
-            *(f"fixed-{d}-K2.summary.json" for d in DRAFTERS),
+            f"{name}{'' if n == 1 else f'.repeat-{n}'}.summary.json"
+            for name in names
+            for n in range(1, policies.REPEATS + 1)
         }
         assert all(line["prompt_id"] == prompt_id for line in read_trace(traces / "baseline.trace.jsonl"))
+
+
+def test_the_calibration_pools_every_run_of_its_configurations(report):
+    """The scales in the report are those of every calibration run pooled, not of the first run's."""
+    from contracts.policies import Arm
+
+    meta = json.loads((report / "results.json").read_text())["meta"]
+    recorded = json.loads((report / "results.json").read_text())["categories"]
+    settings = [policies.Setting("baseline")] + [policies.Setting("fixed", Arm(d, 2)) for d in DRAFTERS]
+    p = {"K": 2, "head": "dense", "placement": "cpu", "graphs": False, "Ks": (2,), "drafters": DRAFTERS}
+    p["choices"] = tuple(Arm(d, 2) for d in DRAFTERS)
+    for category in recorded:
+        runs = policies._calibration_runs(report / "traces" / "calibration" / category, settings)
+        assert len(runs) == len(settings) * policies.REPEATS
+        pooled = policies._calibrate(runs, p, report.parent / "profile.json")["scales"]
+        first = policies._calibrate(runs[:: policies.REPEATS], p, report.parent / "profile.json")["scales"]
+        assert meta["calibration_scales"][category] == pytest.approx(pooled)
+        assert pooled != pytest.approx(first)
 
 
 def test_a_run_recorded_with_one_calibration_prompt_is_predicted_again_from_it(report, tmp_path):

@@ -281,7 +281,7 @@ def run(args) -> Path:
             lookup_control.bind(refs[prompt.id], len(ids), prompt)
 
     total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories)) * p["repeats"]
-    total += 2 * (len(p["drafters"]) + 1) * len(categories)
+    total += 2 * (len(p["drafters"]) + 1) * len(categories) * p["repeats"]
     with staged(p["out"]) as folder, Progress(total, "validate policies", "gen") as progress:
         decoders = {s: decoder(s) for s in p["settings"]}
         runner = next(d for s, d in decoders.items() if s.policy != "baseline")
@@ -335,19 +335,20 @@ def run(args) -> Path:
             return out
 
         # calibration first: per category, baseline and every drafter fixed at the largest K, on a
-        # prompt of its own (after --warmup generations of it)
+        # prompt of its own (after --warmup generations of it), as many runs as every configuration has
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
         calibration_decoders = {s: decoders.get(s) or decoder(s) for s in calibration_settings}
-        calibration_runs: dict[str, dict[Setting, Measured]] = {}
+        calibration_runs: dict[str, list] = {}
         for offset, (category, (prompt, ids)) in enumerate(calibration_prompts.items()):
             calibration_work, index = Workload([prompt], [ids]), [len(work.prompts) + offset]
-            calibration_runs[category] = {}
-            for setting, dec in calibration_decoders.items():
-                generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
-                if setting.policy == "baseline":
-                    match_runs = runs_for(index, generations)
-                calibration_runs[category][setting] = record(setting, generations, category, match_runs, True)
-                progress.update(2)
+            for repeat in range(1, p["repeats"] + 1):
+                for setting, dec in calibration_decoders.items():
+                    generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
+                    if setting.policy == "baseline" and repeat == 1:
+                        match_runs = runs_for(index, generations)
+                    record(setting, generations, category, match_runs, True, repeat)
+                    progress.update(2)
+            calibration_runs[category] = _calibration_runs(calibration_traces(folder, category), calibration_settings)
         calibration_decoders.clear()
 
         measured: dict[str, dict[Setting, Measured]] = {}
@@ -383,8 +384,7 @@ def _predicted(measured: dict, calibration_runs: dict, folder: Path, p: dict, pr
     against their measurements (`folder`/traces holds every trace)."""
     results, calibrations = {}, {}
     for category, runs in measured.items():
-        traces = calibration_traces(folder, category)
-        calibration = calibrations[category] = _calibrate(calibration_runs[category], traces, p, profile_path)
+        calibration = calibrations[category] = _calibrate(calibration_runs[category], p, profile_path)
         trace = folder / "traces" / category / f"{Setting('fixed', p['choices'][0]).name}.trace.jsonl"
         noise = calibration["timing_noise"]
         alone = _predict(trace, p, profile_path, (), (), noise)
@@ -443,7 +443,7 @@ def run_from_runs(args) -> Path:
         shutil.copytree(source / "traces", folder / "traces")
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, p["K"])) for d in drafters]
         calibration_runs = {
-            c: {s: _recorded(calibration_traces(folder, c), s, True) for s in calibration_settings} for c in categories
+            c: _calibration_runs(calibration_traces(folder, c), calibration_settings) for c in categories
         }
         measured = {
             c: {s: _recorded(folder / "traces" / c, s, exact[(c, s.label)]) for s in settings} for c in categories
@@ -480,15 +480,22 @@ def run_stem(setting: Setting, repeat: int) -> str:
     return setting.name if repeat == 1 else f"{setting.name}.repeat-{repeat}"
 
 
-def _recorded(folder: Path, setting: Setting, exact: bool) -> Measured:
-    """A configuration's recorded runs in one category (or the calibration's), as measured (`median_run`)."""
+def recorded_runs(folder: Path, setting: Setting) -> list[tuple[Path, dict]]:
+    """A configuration's recorded runs in `folder`, in order: (its trace, its summary)."""
     runs, repeat = [], 1
     while (folder / f"{run_stem(setting, repeat)}.summary.json").is_file():
-        summary = read_summary(folder / f"{run_stem(setting, repeat)}.summary.json")
-        lines = read_trace(folder / f"{run_stem(setting, repeat)}.trace.jsonl")
-        pulls = Counter(f"{line['drafter']}:K{line['proposed']}" for line in lines if line.get("drafter"))
-        runs.append(Measured(summary, exact, [g["decode_ms"] for g in summary["per_prompt"]], dict(pulls)))
+        stem = run_stem(setting, repeat)
+        runs.append((folder / f"{stem}.trace.jsonl", read_summary(folder / f"{stem}.summary.json")))
         repeat += 1
+    return runs
+
+
+def _recorded(folder: Path, setting: Setting, exact: bool) -> Measured:
+    """A configuration's recorded runs in one category, as measured (`median_run`)."""
+    runs = []
+    for trace, summary in recorded_runs(folder, setting):
+        pulls = Counter(f"{line['drafter']}:K{line['proposed']}" for line in read_trace(trace) if line.get("drafter"))
+        runs.append(Measured(summary, exact, [g["decode_ms"] for g in summary["per_prompt"]], dict(pulls)))
     return median_run(runs)
 
 
@@ -559,21 +566,29 @@ def _tok_s(row: dict) -> float:
     return row["decode_tok_s"]
 
 
-def _calibrate(runs: dict, traces: Path, p: dict, profile_path) -> dict:
-    """Cost scales from the calibration generations, the read gap fitted to their rounds' steady pace
-    (`_steady_gap`) and the spread of their rounds' times; {'speculative': edits, 'baseline': edits, 'scales':
-    ..., 'read_gap_ms': ..., 'timing_noise': ...}."""
+def _calibration_runs(traces: Path, settings: list) -> list[tuple[Setting, Path, dict]]:
+    """Every recorded run of the calibration `settings` in `traces`: (setting, its trace, its summary)."""
+    return [(setting, *run) for setting in settings for run in recorded_runs(traces, setting)]
+
+
+def _calibrate(runs: list, p: dict, profile_path) -> dict:
+    """Cost scales from the calibration runs ((setting, trace, summary), every run pooled), the read gap
+    fitted to their rounds' steady pace (`_steady_gap`) and the spread of their rounds' times;
+    {'speculative': edits, 'baseline': edits, 'scales': ..., 'read_gap_ms': ..., 'timing_noise': ...}.
+    Pooled because a host's slow spell moves one run: on one H200 in session 16 a calibration run's
+    reads took a third of the time of some validation runs' (0.03 against 0.1 ms)."""
     measured, predicted = Counter(), Counter()
     per_drafter = {}
-    for setting, m in runs.items():
-        trace = traces / f"{setting.name}.trace.jsonl"
+    for setting, trace, summary in runs:
         row = _one(trace, setting, p, profile_path, ())
-        phases = m.summary.get("phases_ms") or {}
+        phases = summary.get("phases_ms") or {}
         for phase in ("verify", "finalize"):
             measured["target"] += phases.get(phase, 0.0)
             predicted["target"] += row["phase_ms"].get(phase, 0.0)
         if setting.arm is not None:
-            per_drafter[setting.arm.drafter] = (phases, row["phase_ms"])
+            pooled_phases, pooled_row = per_drafter.setdefault(setting.arm.drafter, (Counter(), Counter()))
+            pooled_phases.update(phases)
+            pooled_row.update(row["phase_ms"])
     scales = {"target.forward_ms": measured["target"] / predicted["target"]} if predicted["target"] else {}
     for drafter, (phases, row_phases) in per_drafter.items():
         costs = dict(DRAFTER_COSTS[drafter])
@@ -584,18 +599,17 @@ def _calibrate(runs: dict, traces: Path, p: dict, profile_path) -> dict:
             if m > 0 and q > 0:
                 scales[path] = m / q
     drafted = [  # the draft model's arms: the only drafter with a prefill of its own
-        (_sim_config(s, p["K"]), None, read_trace(trace), m.summary, trace)
-        for s, m in runs.items()
+        (_sim_config(s, p["K"]), None, read_trace(trace), summary, trace)
+        for s, trace, summary in runs
         if s.arm is not None and s.arm.drafter == "draft-model"
-        for trace in [traces / f"{s.name}.trace.jsonl"]
     ]
     prefill = draft_prefill_edit(drafted, profile_path, p["placement"], p["graphs"])
     edits = tuple((path, "*=", factor) for path, factor in sorted(scales.items())) + prefill
     gaps = {"baseline": None, "speculative": None}
     for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
-        chosen = {s: m for s, m in runs.items() if (s.policy == "baseline") == (kind == "baseline")}
-        gaps[kind] = _steady_gap(chosen, traces, p, profile_path, edits)
-    fixed = [read_trace(traces / f"{s.name}.trace.jsonl") for s in runs if s.arm is not None]
+        chosen = [run for run in runs if (run[0].policy == "baseline") == (kind == "baseline")]
+        gaps[kind] = _steady_gap(chosen, p, profile_path, edits)
+    fixed = [read_trace(trace) for s, trace, _ in runs if s.arm is not None]
     return {
         "scales": scales,
         "prefill": prefill,
@@ -606,17 +620,17 @@ def _calibrate(runs: dict, traces: Path, p: dict, profile_path) -> dict:
     }
 
 
-def _steady_gap(runs: dict, traces: Path, p: dict, profile_path, edits) -> float | None:
-    """The read gap at which `runs`' rounds after their first, up to their last read, take their measured
-    time in total (None: no gaps recorded). A generation's first round carries its prefill's tail and its
-    end the standalone append: paid once, they stay out of what every read is charged."""
-    gap = read_gap_from(m.summary for m in runs.values())
+def _steady_gap(runs: list, p: dict, profile_path, edits) -> float | None:
+    """The read gap at which the rounds of `runs` ((setting, trace, summary)) after their first, up to
+    their last read, take their measured time in total (None: no gaps recorded). A generation's first
+    round carries its prefill's tail and its end the standalone append: paid once, they stay out of
+    what every read is charged."""
+    gap = read_gap_from(summary for *_, summary in runs)
     if gap is None:
         return None
     measured = predicted = 0.0
     reads = 0
-    for setting in runs:
-        trace = traces / f"{setting.name}.trace.jsonl"
+    for setting, trace, _ in runs:
         simulated = _one(trace, setting, p, profile_path, edits + (("host.read_gap_ms", "=", gap),), rounds=True)
         lines, rounds = read_trace(trace), simulated["rounds_detail"]
         for prompt_id in dict.fromkeys(line["prompt_id"] for line in lines):
