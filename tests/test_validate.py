@@ -370,8 +370,8 @@ def test_measured_contexts_span_the_runs_evenly_ends_included():
     assert pipeline.context_points(50, 50) == [50]
 
 
-def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_median_length():
-    """Its contexts sit in the middle of the runs' range: cut to the median validation prompt length."""
+def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_mean_length():
+    """Its contexts sit at the runs' mean: cut to the validation prompts' mean length (5, 9, 40: 18)."""
     from types import SimpleNamespace
 
     from model.prompts import select_prompts
@@ -384,10 +384,10 @@ def test_the_calibration_prompt_is_no_validation_prompt_and_has_the_median_lengt
     work = SimpleNamespace(prompts=validation, ids=ids)
     prompt, calibration_ids = pipeline.calibration_workload(SimpleNamespace(prompts_file=None), pair, work)
     assert prompt.id not in {q.id for q in validation}
-    assert len(calibration_ids) == 9
+    assert len(calibration_ids) == 18
 
 
-def test_a_categorys_calibration_prompt_is_of_that_category_and_its_median_length():
+def test_a_categorys_calibration_prompt_is_of_that_category_and_its_mean_length():
     from types import SimpleNamespace
 
     from model.prompts import select_prompts
@@ -401,7 +401,7 @@ def test_a_categorys_calibration_prompt_is_of_that_category_and_its_median_lengt
     ids = [tokenizer.encode(q.text)[:n] for q, n in zip(validation, (5, 7, 30, 11))]
     work = SimpleNamespace(prompts=validation, ids=ids)
     args = SimpleNamespace(prompts_file=None)
-    for category, length in (("writing", 7), ("math", 11)):
+    for category, length in (("writing", 14), ("math", 11)):
         prompt, calibration_ids = pipeline.calibration_workload(args, pair, work, category)
         assert prompt.category == category and prompt.id not in {q.id for q in validation}
         assert len(calibration_ids) == length

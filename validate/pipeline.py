@@ -559,22 +559,23 @@ def _run_and_write(
 
 def calibration_workload(args, pair, work, category: str | None = None):
     """The calibration prompt: the first Spec-Bench question that is not a validation prompt and has at
-    least as many tokens as the median validation prompt, cut to that length. Its contexts then lie in
-    the middle of the runs' contexts, so a cost whose profile slope is off is scaled where the runs
-    spend most of their time, not at one end of their range. With `category`: a question of that
-    category (any, if it has no other), as long as the category's median validation prompt."""
+    least as many tokens as the validation prompts' mean, cut to that length. Its contexts then lie at
+    the runs' mean context, so a cost whose profile slope in context is off is scaled where it errs as
+    much one way as the other over the runs (at the shorter of two prompts, the longer one's rounds were
+    0.2-0.25 ms slower than predicted, session 16). With `category`: a question of that category (any,
+    if it has no other), as long as the category's prompts' mean."""
     chosen = {p.id for p in work.prompts}
     mine = [x for p, x in zip(work.prompts, work.ids) if category is None or p.category == category]
-    lengths = sorted(len(x) for x in mine or work.ids)
-    median = lengths[(len(lengths) - 1) // 2]
+    lengths = [len(x) for x in mine or work.ids]
+    mean = round(sum(lengths) / len(lengths))
     questions = [q for q in select_prompts("first:100000", args.prompts_file) if q.id not in chosen]
     if category is not None and any(q.category == category for q in questions):
         questions = [q for q in questions if q.category == category]
-    longest = None  # if no question is as long as the median
+    longest = None  # if no question is as long as the mean
     for prompt in questions:
         ids = pair.target.tokenizer.encode(prompt.text)
-        if len(ids) >= median:
-            return prompt, ids[:median]
+        if len(ids) >= mean:
+            return prompt, ids[:mean]
         if longest is None or len(ids) > len(longest[1]):
             longest = (prompt, ids)
     return longest

@@ -334,35 +334,33 @@ def run(args) -> Path:
                 out[pid] = drafter_runs(runner, p["drafters"], everything.ids[i], g.tokens, controls)
             return out
 
-        # calibration first: per category, baseline and every drafter fixed at the largest K, on a
-        # prompt of its own (after --warmup generations of it), as many runs as every configuration has
+        # per category and run: every configuration in turn; the calibration's (the baseline and every
+        # drafter fixed at the largest K) each decode the category's calibration prompt just before,
+        # so a calibration run sees the host as the runs it calibrates do
         calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
-        calibration_decoders = {s: decoders.get(s) or decoder(s) for s in calibration_settings}
-        calibration_runs: dict[str, list] = {}
-        for offset, (category, (prompt, ids)) in enumerate(calibration_prompts.items()):
-            calibration_work, index = Workload([prompt], [ids]), [len(work.prompts) + offset]
-            for repeat in range(1, p["repeats"] + 1):
-                for setting, dec in calibration_decoders.items():
-                    generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
-                    if setting.policy == "baseline" and repeat == 1:
-                        match_runs = runs_for(index, generations)
-                    record(setting, generations, category, match_runs, True, repeat)
-                    progress.update(2)
-            calibration_runs[category] = _calibration_runs(calibration_traces(folder, category), calibration_settings)
-        calibration_decoders.clear()
-
         measured: dict[str, dict[Setting, Measured]] = {}
-        for category, indices in categories.items():
+        calibration_runs: dict[str, list] = {}
+        for offset, (category, indices) in enumerate(categories.items()):
             chunk = Workload([work.prompts[i] for i in indices], [work.ids[i] for i in indices])
+            prompt, ids = calibration_prompts[category]
+            calibration_work, calibration_index = Workload([prompt], [ids]), [len(work.prompts) + offset]
             runs = {setting: [] for setting in p["settings"]}
             for repeat in range(1, p["repeats"] + 1):  # each run of every configuration before the next
                 for setting in p["settings"]:
+                    dec = decoders[setting]
                     progress.note(f"{category} {setting.name} run {repeat}")
-                    generations = _decode(decoders[setting], chunk, setting, args, control, refs, args.warmup, progress)
+                    if setting in calibration_settings:
+                        generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
+                        if setting.policy == "baseline" and repeat == 1:
+                            calibration_match_runs = runs_for(calibration_index, generations)
+                        record(setting, generations, category, calibration_match_runs, True, repeat)
+                        progress.update(2)
+                    generations = _decode(dec, chunk, setting, args, control, refs, args.warmup, progress)
                     if setting.policy == "baseline" and repeat == 1:
                         match_runs = runs_for(indices, generations)
                     runs[setting].append(record(setting, generations, category, match_runs, repeat=repeat))
             measured[category] = {setting: median_run(each) for setting, each in runs.items()}
+            calibration_runs[category] = _calibration_runs(calibration_traces(folder, category), calibration_settings)
         decoders.clear()
         free_memory()
 
