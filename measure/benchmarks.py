@@ -14,6 +14,7 @@ import torch
 
 from contracts.policies import CATCH_UP_WIDTHS
 from contracts.trees import MAX_NODES, ROOT
+from model import fused_ops
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
 from model.early_exit import early_exit
@@ -44,6 +45,7 @@ class Bench:
     warmup: int
     tick: Callable[[str], None]  # progress: called once per measured point
     tree_widths: tuple[int, ...] = ()  # token counts a tree's verify and draft frontier need besides the chain's
+    target_contexts: list[int] | None = None  # the target forward's contexts (`split_step_contexts`; default contexts)
 
     def target_widths(self) -> list[int]:
         return target_widths(self.K_max, self.tree_widths)
@@ -73,6 +75,29 @@ def decode_K(K_max: int, tree_widths) -> int:
     return max(K_max + 1, max(tree_widths, default=0) - 1)
 
 
+# Contexts either side of a split step at which the target forward is timed besides the profile's own.
+STEP_MARGIN = 8
+
+
+def split_step_contexts(contexts: list[int], model, rows: int) -> list[int]:
+    """The target forward's contexts: `contexts` and, where its decode attention runs in splits of S
+    slots (the fused kernels), a point STEP_MARGIN either side of each split step inside their range. A
+    fixed-width forward of `rows` rows at context c reaches a new split where c + rows passes k S, and
+    its cost steps up there: on one H200 the 32B AWQ verify (512 slots, 16 rows) took 10.43 ms at
+    context 3,057 and 10.64 at 3,058, flat within a split count and rising within the next, which a line
+    between contexts 2,048 and 3,072 missed by up to 3% (session 16). Around each step the profile's
+    linear interpolation is then a step too."""
+    slots = getattr(model, "attention_split_slots", None)
+    if getattr(model, "kernels", None) != "fused" or not slots or rows > fused_ops.SPLIT_MAX_TOKENS:
+        return sorted(set(contexts))
+    low, high = min(contexts), max(contexts)
+    points = set(contexts)
+    for boundary in range(slots, high + rows + 1, slots):
+        first = boundary - rows + 1  # the first context whose forward reaches slot `boundary`
+        points |= {c for c in (first - STEP_MARGIN, first + STEP_MARGIN - 1) if low <= c <= high}
+    return sorted(points)
+
+
 def _positions(start: int, n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(start, start + n, device=device)
 
@@ -86,7 +111,7 @@ def target_costs(b: Bench, graphs: bool) -> dict:
     vocab = model.config.vocab_size
     forward = []
     for n in b.target_widths():
-        for context in b.contexts:
+        for context in b.target_contexts or b.contexts:
             start = torch.tensor([context], device=b.target_device)
             inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
             forward.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})

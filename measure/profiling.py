@@ -33,6 +33,7 @@ from .benchmarks import (
     drafter_costs,
     host_costs,
     round_host_costs,
+    split_step_contexts,
     target_costs,
     target_widths,
     tree_body_widths,
@@ -156,12 +157,15 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
         )
     forwards = len(target_widths(settings.K_max, settings.tree_widths))
+    fixed_width = width(decode_K(settings.K_max, settings.tree_widths)) if target_device.type == "cuda" else None
+    target_contexts = split_step_contexts(contexts, pair.target.model, fixed_width or 0)
     # with tree widths, the target forwards and draft frontiers again under the tree rule
     tree_points = forwards + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
     points = (
         len(regimes)
         * (
-            (forwards + tree_points) * len(contexts)
+            forwards * len(target_contexts)
+            + tree_points * len(contexts)
             + 2 * len(prompt_lengths)
             + len(contexts)
             + 1
@@ -190,6 +194,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             settings.warmup,
             lambda what: (progress.note(what), progress.update()),
             settings.tree_widths,
+            target_contexts,
         )
         host = host_costs(bench)
         costs, sampled = {}, {}
@@ -216,6 +221,12 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     floors = bandwidth_floors(pair, probes, bandwidth)
     backend = FlashHead(pair.draft.model.head_weight, clustering).backend
     notes = notes_for(pair.target.info, pair.draft.info, placement, bandwidth, backend)
+    if target_contexts != sorted(set(contexts)):
+        notes.append(
+            "target.forward_ms is timed at the profile's contexts and either side of each step its split "
+            f"attention takes (contexts {', '.join(map(str, target_contexts))}; measure/benchmarks.py, "
+            "split_step_contexts)."
+        )
     profile = profile_io.assemble(
         target_info=pair.target.info,
         draft_info=pair.draft.info,
@@ -225,7 +236,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         K_max=settings.K_max,
         cache_slots=cache_slots,
         regimes=costs,
-        fixed_width=width(decode_K(settings.K_max, settings.tree_widths)) if target_device.type == "cuda" else None,
+        fixed_width=fixed_width,
         host=host,
         clustering=clustering,
         agreement=agreement,
