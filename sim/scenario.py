@@ -88,7 +88,7 @@ class Scenario:
     arms_K: tuple = DEFAULT_ARMS_K
     tree: str | None = None  # contracts.trees spec; None: chains, with the acceptance source given
     all_reduce_scale: float = 1.0  # a tensor-parallel target's all-reduce costs, scaled (what-if allreduce=xF)
-    noise: tuple = (0.0, 0)  # (sigma, seed) of the round times policies observe (sim.schedules.SimulatedRun.observed)
+    noise: tuple = ((), 0)  # (log ratios, seed) of the round times policies observe (SimulatedRun.observed)
 
     def describe(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}

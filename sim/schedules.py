@@ -116,9 +116,10 @@ class SimulatedRun:
     policy: Policy | None = None  # chooses each round's arm; lives across the run's generations
     cached: dict = field(default_factory=dict)  # model drafter -> cache positions valid after its last round
     read_end: float = 0.0  # when the last read's value reached the host (before its host gap)
-    # what a policy observes of a round's time, multiplied by exp(timing_noise * z) with z standard normal
-    # from noise_seed's stream: the simulated clock keeps the costs (validate/policies.py, noise_seeds)
-    timing_noise: float = 0.0
+    # what a policy observes of a round's time, multiplied by exp(r) with r drawn from timing_noise (log
+    # ratios of measured to simulated round times) by noise_seed's stream: the simulated clock keeps the
+    # costs (validate/policies.py, noise_seeds)
+    timing_noise: tuple[float, ...] = ()
     noise_seed: int = 0
 
     def __post_init__(self):
@@ -142,7 +143,7 @@ class SimulatedRun:
     def observed(self, round_ms: float) -> float:
         """A round's time as its policy observes it: a host's timings vary from round to round by a few
         percent, and a bandit that rewards tokens per millisecond may choose its next arm on that."""
-        return round_ms * math.exp(self.timing_noise * self.noise.gauss(0.0, 1.0)) if self.timing_noise else round_ms
+        return round_ms * math.exp(self.noise.choice(self.timing_noise)) if self.timing_noise else round_ms
 
     # --- primitives -------------------------------------------------------------------------
     def log(self, name: str, stream: str, tokens: int | None = None) -> None:

@@ -27,7 +27,7 @@ def _run(
     timeline: bool = False,
     policy: Policy | None = None,
     advance: Callable[[int], None] | None = None,
-    noise: tuple[float, int] = (0.0, 0),
+    noise: tuple[tuple[float, ...], int] = ((), 0),
 ) -> dict:
     env = simpy.Environment()
     policy = policy or make_policy(config.policy, config.arms(), seed)
@@ -89,7 +89,7 @@ def simulate(
     timeline: bool = False,
     policy: Policy | None = None,
     advance: Callable[[int], None] | None = None,
-    noise: tuple[float, int] = (0.0, 0),
+    noise: tuple[tuple[float, ...], int] = ((), 0),
 ) -> dict:
     """Predicted metrics for one configuration (a flat dict, ready for a table row or JSON).
 
@@ -103,7 +103,7 @@ def simulate(
     `(stream, name, start_ms, end_ms, args)` intervals of contracts.timeline, in ms from its decode
     start; its prefills before it).
     `advance`: called with each generation's decode tokens once it is simulated (progress).
-    `noise`: (sigma, seed) of the round times the policy observes (SimulatedRun.observed)."""
+    `noise`: (log ratios, seed) of the round times the policy observes (SimulatedRun.observed)."""
     choices = _oracle_arms(costs, config, source, generations, seed) if config.policy == "oracle" else None
     given = policy
     policy = (lambda: Oracle(config.arms(), seed, best=choices)) if choices else (lambda: given)

@@ -192,10 +192,14 @@ def test_from_runs_predicts_the_recorded_runs_again_as_the_run_did(report, tmp_p
 def test_online_policies_are_the_median_of_their_noisy_replays(report, tmp_path, monkeypatch):
     """ucb1 and thompson read round times, so under timing noise each is the median of its replays and
     carries their range; the heuristic reads accepted counts only, so its replays agree and it has none.
-    The run's own noise is whatever its CPU's rounds showed, so the replays here take a fixed 20%; with
+    The run's own noise is whatever its CPU's rounds showed, so the replays here draw from a fixed +-20%; with
     --noise-seeds 0 every policy is one replay without noise."""
-    assert min(json.loads((report / "results.json").read_text())["meta"]["timing_noise"].values()) >= 0
-    monkeypatch.setattr(policies, "round_time_noise", lambda traces: 0.2)
+    meta = json.loads((report / "results.json").read_text())["meta"]
+    for category, noise in meta["timing_noise"].items():  # one ratio per drafter calibration round after the first
+        traces = [path for path in (report / "traces" / "calibration" / category).glob("fixed-*.trace.jsonl")]
+        lines = [line for path in traces for line in read_trace(path)]
+        assert noise["rounds"] == sum(line["round"] > 0 for line in lines) and noise["sd"] >= 0
+    monkeypatch.setattr(policies, "_round_residuals", lambda *args: (0.2, -0.2))
     argv = ["--from-runs", str(report), "--profile", str(report.parent / "profile.json")]
     assert main([*argv, "--out", str(tmp_path / "noisy")]) == 0
     rows = [

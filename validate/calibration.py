@@ -17,8 +17,6 @@ never enter their own calibration."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
 
 from contracts.names import REGIME_OF_GRAPHS_FLAG
@@ -130,25 +128,6 @@ def round_ms(line: dict) -> float:
     less the standalone append that closes a generation (paid once, not by the round)."""
     phases = line["phases_ms"]
     return sum(phases.values()) - phases.get("finalize", 0.0)
-
-
-def round_time_noise(traces: list[list[dict]]) -> float:
-    """How much a round's time varies from one round to the next, as the sigma of its logarithm: 1.4826
-    times the median absolute deviation of the log ratios of consecutive rounds' times (`round_ms`), over
-    sqrt(2) (a ratio carries two rounds' noise, and a slow drift over a generation cancels in it). Each
-    generation's first round, which carries its prefill's tail, is left out; 0 with fewer than 2 ratios."""
-    ratios = []
-    for lines in traces:
-        previous = None
-        for line in lines:
-            ms = round_ms(line)
-            if line["round"] > 0 and previous and ms > 0:
-                ratios.append(math.log(ms / previous))
-            previous = ms if line["round"] > 0 else None
-    if len(ratios) < 2:
-        return 0.0
-    center = statistics.median(ratios)
-    return 1.4826 * statistics.median(abs(r - center) for r in ratios) / math.sqrt(2)
 
 
 def read_gap_from(summaries) -> float | None:

@@ -20,8 +20,9 @@ after a prompt lookup took 0.2-0.45 ms more than the profile's at contexts near 
 near 240, so one long calibration prompt charged math's short rounds 0.2-0.5 ms each that they never
 paid (its prompt lookup predicted 4-5% slow). No configuration that is predicted enters its own
 calibration. Online policies are predicted as the median of `noise_seeds` replays, each with its own
-seed of timing noise on the round times the policy observes, as large as the calibration rounds' times
-vary from one round to the next: ucb1's choice of its next arm turns on a few percent of a round. The
+seed of timing noise on the round times the policy observes, drawn from how the calibration rounds'
+measured times differ from the simulated ones (`_round_residuals`): ucb1's choice of its next arm turns
+on a few percent of a round. The
 report gives per configuration measured and predicted tok/s and the error, and per category the order of
 the policies, measured and predicted, against the best fixed arm and the oracle (measured: per
 generation the fastest fixed arm's time).
@@ -30,6 +31,7 @@ generation the fastest fixed arm's time).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
 from collections import Counter
@@ -52,7 +54,7 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
-from .calibration import described, draft_prefill_edit, read_gap_from, round_ms, round_time_noise
+from .calibration import described, draft_prefill_edit, read_gap_from, round_ms
 from .pipeline import calibration_workload, profile_has_read_gap
 from .plan import (
     Config,
@@ -510,7 +512,7 @@ def _sim_config(setting: Setting, K: int) -> Config:
     return Config(SCHEDULE, "dense", setting.arm.K if setting.arm else K)
 
 
-def _scenario(trace: Path, p: dict, profile_path, edits, policies, drafters, K, noise=(0.0, 0)) -> Scenario:
+def _scenario(trace: Path, p: dict, profile_path, edits, policies, drafters, K, noise=((), 0)) -> Scenario:
     return Scenario(
         profile=str(profile_path),
         acceptance=f"trace:{trace}",
@@ -527,9 +529,9 @@ def _scenario(trace: Path, p: dict, profile_path, edits, policies, drafters, K, 
     )
 
 
-def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: float) -> dict[str, dict]:
+def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: tuple) -> dict[str, dict]:
     """The simulator's rows by configuration label ('baseline', arm labels, policies, 'oracle'). With
-    p['noise_seeds'] and `noise` (the sigma of a round's log time), each online policy's row is the
+    p['noise_seeds'] and `noise` (`_round_residuals`), each online policy's row is the
     median of that many replays, each with its own seed of noise on the round times it observes, and
     carries their range ('noise_range')."""
     rows, _ = simulate(
@@ -538,7 +540,7 @@ def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: f
         rounds=False,
     )
     out = {(r["arm"] if r["policy"] == "fixed" else r["policy"]): r for r in rows[1:]}
-    if p["noise_seeds"] and noise > 0 and p["policies"]:
+    if p["noise_seeds"] and noise and p["policies"]:
         replays = [
             simulate(
                 _scenario(trace, p, profile_path, edits, p["policies"], p["drafters"], p["K"], (noise, seed)),
@@ -607,15 +609,43 @@ def _calibrate(runs: list, p: dict, profile_path) -> dict:
     for kind in gaps if profile_has_read_gap(profile_path, p["graphs"]) else ():  # it can only set a cost it has
         chosen = [run for run in runs if (run[0].policy == "baseline") == (kind == "baseline")]
         gaps[kind] = _steady_gap(chosen, p, profile_path, edits)
-    fixed = [read_trace(trace) for s, trace, _ in runs if s.arm is not None]
+    speculative = edits + ((("host.read_gap_ms", "=", gaps["speculative"]),) if gaps["speculative"] else ())
     return {
         "scales": scales,
         "prefill": prefill,
         "read_gap_ms": gaps,
-        "timing_noise": round_time_noise(fixed),
-        "speculative": edits + ((("host.read_gap_ms", "=", gaps["speculative"]),) if gaps["speculative"] else ()),
+        "timing_noise": _round_residuals([run for run in runs if run[0].arm is not None], p, profile_path, speculative),
+        "speculative": speculative,
         "baseline": edits + ((("host.read_gap_ms", "=", gaps["baseline"]),) if gaps["baseline"] else ()),
     }
+
+
+def _steady_rounds(runs: list, p: dict, profile_path, edits):
+    """Per generation of `runs` ((setting, trace, summary)), simulated with `edits`: its traced rounds
+    after the first, and the simulated times at which its rounds' reads ended (the first round's too)."""
+    for setting, trace, _ in runs:
+        simulated = _one(trace, setting, p, profile_path, edits, rounds=True)
+        lines, rounds = read_trace(trace), simulated["rounds_detail"]
+        for prompt_id in dict.fromkeys(line["prompt_id"] for line in lines):
+            mine = [line for line in lines if line["prompt_id"] == prompt_id]
+            yield mine[1:], [r["end_ms"] for r in rounds if r["prompt_id"] == prompt_id]
+
+
+def _round_residuals(runs: list, p: dict, profile_path, edits) -> tuple[float, ...]:
+    """The log ratios of each calibration round's measured time to its simulated time (after a
+    generation's first round), centered on their median: what each replay of an online policy draws
+    the noise on its observed round times from. Drawn, not fitted: real rounds have heavy tails. On
+    one H200 (session 16) the ratios' standard deviation was 0.8-2.5% where a robust spread of
+    consecutive rounds gave 0.2-0.5%, single rounds were off by up to 12%, and ucb1's three real runs
+    of one category spread over 11% where replays with the robust sigma all made one run."""
+    ratios = [
+        math.log(round_ms(line) / (end - start))
+        for lines, ends in _steady_rounds(runs, p, profile_path, edits)
+        for line, start, end in zip(lines, ends, ends[1:])
+        if end > start and round_ms(line) > 0
+    ]
+    center = statistics.median(ratios) if ratios else 0.0
+    return tuple(r - center for r in ratios)
 
 
 def _steady_gap(runs: list, p: dict, profile_path, edits) -> float | None:
@@ -628,15 +658,10 @@ def _steady_gap(runs: list, p: dict, profile_path, edits) -> float | None:
         return None
     measured = predicted = 0.0
     reads = 0
-    for setting, trace, _ in runs:
-        simulated = _one(trace, setting, p, profile_path, edits + (("host.read_gap_ms", "=", gap),), rounds=True)
-        lines, rounds = read_trace(trace), simulated["rounds_detail"]
-        for prompt_id in dict.fromkeys(line["prompt_id"] for line in lines):
-            mine = [line for line in lines if line["prompt_id"] == prompt_id]
-            ends = [r["end_ms"] for r in rounds if r["prompt_id"] == prompt_id]
-            measured += sum(round_ms(line) for line in mine[1:])
-            predicted += ends[-1] - ends[0]
-            reads += len(mine) - 1
+    for lines, ends in _steady_rounds(runs, p, profile_path, edits + (("host.read_gap_ms", "=", gap),)):
+        measured += sum(round_ms(line) for line in lines)
+        predicted += ends[-1] - ends[0]
+        reads += len(lines)
     return max(0.0, gap + (measured - predicted) / reads) if reads else gap
 
 
@@ -776,8 +801,8 @@ def _report(results: dict, meta: dict, p: dict) -> str:
         f"- Profile: {meta['profile']}.",
         "- Calibration per category, on the prompt named (the baseline and each drafter at the largest K):",
         *(
-            f"  - {category} (prompt {meta['calibration_prompt'][category]}): {text}; round-time sigma "
-            f"{100 * meta['timing_noise'][category]:.2f}%."
+            f"  - {category} (prompt {meta['calibration_prompt'][category]}): {text}; "
+            f"{_spread(meta['timing_noise'][category])}."
             for category, text in meta["calibration"].items()
         ),
         f"- Online policies: {_replays(p['noise_seeds'], meta['timing_noise'])}.",
@@ -860,13 +885,27 @@ def _measured_as(count: int) -> str:
 
 
 def _replays(seeds: int, noise: dict) -> str:
-    """How the report's online policies were predicted (`noise`: the round-time sigma per category)."""
-    if not seeds or max(noise.values()) <= 0:
+    """How the report's online policies were predicted (`noise`: `_noise_meta` per category)."""
+    if not seeds or not any(n["rounds"] for n in noise.values()):
         return "one replay each, without timing noise"
     return (
-        f"each the median of {seeds} replays, each with its own seed of timing noise on the round times the "
-        "policy observes (the category's round-time sigma: its calibration rounds' spread from one round to "
-        "the next); `replays' range` gives the slowest and the fastest"
+        f"each the median of {seeds} replays; each replay multiplies every round time the policy observes "
+        "by the ratio of measured to simulated time of a calibration round of its category, drawn at random "
+        "from its own seed; `replays' range` gives the slowest and the fastest"
+    )
+
+
+def _noise_meta(residuals: tuple) -> dict:
+    """The calibration rounds' log ratios (`_round_residuals`) in brief, for results.json and the report."""
+    if not residuals:
+        return {"rounds": 0, "sd": 0.0, "largest": 0.0}
+    return {"rounds": len(residuals), "sd": statistics.pstdev(residuals), "largest": max(map(abs, residuals))}
+
+
+def _spread(noise: dict) -> str:
+    return (
+        f"{noise['rounds']} rounds' measured / simulated time: log ratio sd {100 * noise['sd']:.2f}%, "
+        f"largest {100 * noise['largest']:.1f}%"
     )
 
 
@@ -935,5 +974,5 @@ def _calibration_meta(calibrations: dict) -> dict:
         "calibration_scales": each(lambda c: c["scales"]),
         "calibration_draft_prefill": each(lambda c: [f"{path}{op}{value:g}" for path, op, value in c["prefill"]]),
         "calibration_read_gap_ms": each(lambda c: c["read_gap_ms"]),
-        "timing_noise": each(lambda c: c["timing_noise"]),
+        "timing_noise": each(lambda c: _noise_meta(c["timing_noise"])),
     }
