@@ -49,6 +49,12 @@ def _parser(overrides_only: bool) -> OneLineParser:
     add("--agreement-max-len", type=int, help=f"tokens per prompt for r(p) (default {DEFAULTS.agreement_max_len})")
     add("--reps", type=int, help=f"timed repetitions per point (default {DEFAULTS.reps})")
     add("--warmup", type=int, help=f"warm-up runs per point (default {DEFAULTS.warmup})")
+    add(
+        "--passes",
+        type=int,
+        help="time the target and draft grid this many times in turn, each point the median of its passes "
+        f"(default {DEFAULTS.passes}, at most 9)",
+    )
     add("--seed", type=int, help="seed of synthetic weights, the clustering and sampling (default 0)")
     add_sampling_options(p, defaults=False)
     add("--early-exit-layers", type=int, help="also time the early-exit drafter of the target's first L layers")

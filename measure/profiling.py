@@ -41,6 +41,10 @@ from .benchmarks import (
     verify_widths,
 )
 from .head_profile import budget_heads, head_cost_section, head_points
+from .timing import merged_passes
+
+# Passes over the grid at most (`MeasureSettings.passes`): each is a whole timing of every point.
+MAX_PASSES = 9
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class MeasureSettings:
     prompts_file: str | None = None
     agreement_max_len: int = 256  # tokens per prompt for r(p)
     reps: int = 20  # timed repetitions per point
+    passes: int = 1  # times the target and draft grid is timed in turn; each point the median of its passes
     warmup: int = 3  # warm-up runs per point
     seed: int = 0  # seed of synthetic weights and the clustering
     early_exit_layers: int | None = None  # the early-exit drafter's L (its costs are measured when given)
@@ -81,6 +86,7 @@ def check_settings(settings: MeasureSettings) -> None:
         "--lookup-ngram": [settings.lookup_ngram],
         "--early-exit-layers": [settings.early_exit_layers or 1],
         "--reps": [settings.reps],
+        "--passes": [settings.passes],
         "--agreement-max-len": [settings.agreement_max_len],
         "--contexts": list(settings.contexts),
         "--prompt-lengths": list(settings.prompt_lengths),
@@ -95,6 +101,8 @@ def check_settings(settings: MeasureSettings) -> None:
         )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
+    if settings.passes > MAX_PASSES:
+        raise UsageError(f"--passes must be 1 to {MAX_PASSES}, got {settings.passes}")
     for spec in parse_heads(settings.heads, "--heads") if settings.heads else ():
         check_assets(spec, settings.head_assets)
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):
@@ -161,18 +169,21 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     target_contexts = split_step_contexts(contexts, pair.target.model, fixed_width or 0)
     # with tree widths, the target forwards and draft frontiers again under the tree rule
     tree_points = forwards + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
+    grid_points = (  # one pass of `_regime_costs`
+        forwards * len(target_contexts)
+        + tree_points * len(contexts)
+        + 2 * len(prompt_lengths)
+        + len(contexts)
+        + 1
+        + len(probes)
+        + 1
+        + len(contexts) * (1 if settings.early_exit_layers is None else 2)
+        + (settings.early_exit_layers is not None)
+    )
     points = (
         len(regimes)
         * (
-            forwards * len(target_contexts)
-            + tree_points * len(contexts)
-            + 2 * len(prompt_lengths)
-            + len(contexts)
-            + 1
-            + len(probes)
-            + 1
-            + len(contexts) * (1 if settings.early_exit_layers is None else 2)
-            + (settings.early_exit_layers is not None)
+            settings.passes * grid_points
             + head_points(settings.heads)
             + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)))
             + (0 if sampling.greedy else 1 + len(probes) + head_points(settings.heads))
@@ -201,11 +212,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         heads = budget_heads(pair, settings.heads) if settings.heads else None
         for regime in regimes:
             graphs = regime == "on"
-            target_tree, draft_tree = tree_costs(bench, graphs) if settings.tree_widths else ({}, {})
-            costs["graphs" if graphs else "eager"] = {
-                "target": {**target_costs(bench, graphs), **target_tree},
-                "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings), **draft_tree},
-            }
+            passes = [_regime_costs(bench, graphs, settings) for _ in range(settings.passes)]
+            costs["graphs" if graphs else "eager"] = merged_passes(passes)
             if not sampling.greedy:
                 sampled["graphs" if graphs else "eager"] = sampling_costs.sampling_costs(bench, graphs, sampling, heads)
         if settings.heads:  # in the profile's first regime: graphs where it has them
@@ -221,6 +229,11 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     floors = bandwidth_floors(pair, probes, bandwidth)
     backend = FlashHead(pair.draft.model.head_weight, clustering).backend
     notes = notes_for(pair.target.info, pair.draft.info, placement, bandwidth, backend)
+    if settings.passes > 1:
+        notes.append(
+            f"Every target and draft cost is the median of {settings.passes} passes over the grid, each timing "
+            f"every point with {settings.reps} repetitions (measure.timing.merged_passes)."
+        )
     if target_contexts != sorted(set(contexts)):
         notes.append(
             "target.forward_ms is timed at the profile's contexts and either side of each step its split "
@@ -265,6 +278,15 @@ def bandwidth_floors(pair, probes, bandwidth_gbs) -> dict:
         "draft.body_ms": ms(draft.body_parameters_bytes()),
         "draft.head_dense_ms": ms(DenseHead(draft.head_weight).bytes_per_call()),
         "draft.head_flashhead_ms": f"{ms(flash.bytes_per_call())} at p={flash.probes}",
+    }
+
+
+def _regime_costs(bench: Bench, graphs: bool, settings: MeasureSettings) -> dict:
+    """One pass over a regime's grid: every target and draft cost timed once."""
+    target_tree, draft_tree = tree_costs(bench, graphs) if settings.tree_widths else ({}, {})
+    return {
+        "target": {**target_costs(bench, graphs), **target_tree},
+        "draft": {**draft_costs(bench, graphs), **drafter_costs(bench, graphs, settings), **draft_tree},
     }
 
 

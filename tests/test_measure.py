@@ -143,6 +143,8 @@ def test_a_tree_runs_on_the_measured_verify_widths_and_is_refused_beyond_them(me
         (["--placement", "two-gpu"], "no GPU"),
         (["--target", "no-such-model"], "not found"),
         (["--graphs", "on"], "needs a GPU"),
+        (["--passes", "0"], "--passes must be at least 1, got 0"),
+        (["--passes", "10"], "--passes must be 1 to 9, got 10"),
     ],
 )
 def test_bad_input_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
@@ -218,3 +220,31 @@ def test_the_target_is_timed_either_side_of_each_split_step_of_its_attention():
     unfused = SimpleNamespace(kernels="torch", attention_split_slots=512)
     assert split_step_contexts([256, 1024], unfused, 16) == [256, 1024]
     assert split_step_contexts([256, 1024], fused, 17) == [256, 1024]  # wider forwards take the one-pass kernel
+
+
+def test_passes_merge_each_timing_as_the_median_of_its_passes():
+    """A point timed during a slow spell in one of three passes is outvoted; repetitions add up; a
+    table's axes and the grid's shape are kept."""
+    from measure.timing import merged_passes
+
+    def point(context, ms):
+        return {"context": context, "median_ms": ms, "p10_ms": ms - 0.1, "p90_ms": ms + 0.1, "n": 8, "host_ms": 0.05}
+
+    passes = [{"body_ms": {"points": [point(256, 1.0), point(3072, ms)]}} for ms in (1.1, 1.53, 1.12)]
+    merged = merged_passes(passes)["body_ms"]["points"]
+    assert [p["context"] for p in merged] == [256, 3072]
+    assert merged[1]["median_ms"] == pytest.approx(1.12) and merged[1]["p10_ms"] == pytest.approx(1.02)
+    assert merged[0]["median_ms"] == 1.0 and merged[1]["n"] == 24
+    assert merged_passes([{"a": 1.0, "median_ms": 2.0, "n": 3}]) == {"a": 1.0, "median_ms": 2.0, "n": 3}
+
+
+def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path):
+    """--passes 2 times the grid twice: each target and draft point has twice --reps repetitions, and
+    the profile says so; host costs, timed once, keep theirs."""
+    out = tmp_path / "two.json"
+    argv = [*TINY, "--passes", "2", "--graphs", "off", "--tree-widths", "3", "--probes", "1,2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    profile = json.loads(out.read_text())
+    regime = profile["regimes"]["eager"]
+    assert {t["n"] for t in _timings(regime["target"])} | {t["n"] for t in _timings(regime["draft"])} == {6}
+    assert any("median of 2 passes" in note for note in profile["notes"])
