@@ -19,13 +19,15 @@ because what the fit absorbs depends on the workload: on the committed runs of s
 after a prompt lookup took 0.2-0.45 ms more than the profile's at contexts near 3,000 and nothing more
 near 240, so one long calibration prompt charged math's short rounds 0.2-0.5 ms each that they never
 paid (its prompt lookup predicted 4-5% slow). No configuration that is predicted enters its own
-calibration. Online policies are predicted as the median of `noise_seeds` replays, each with its own
-seed of timing noise on the round times the policy observes, drawn from how the calibration rounds'
-measured times differ from the simulated ones (`_round_residuals`): ucb1's choice of its next arm turns
-on a few percent of a round. The
-report gives per configuration measured and predicted tok/s and the error, and per category the order of
-the policies, measured and predicted, against the best fixed arm and the oracle (measured: per
-generation the fastest fixed arm's time).
+calibration. Every configuration runs `--repeats` times per category, each run of every configuration
+before the next and each calibration run just before the same decoder's run of the category, so that
+both see the host alike; a configuration is measured as its median run (`median_run`), and the
+calibration pools its runs. Online policies are predicted as the median of `noise_seeds` replays, each
+with its own seed of timing noise on the round times the policy observes, drawn from how the calibration
+rounds' measured times differ from the simulated ones (`_round_residuals`): ucb1's choice of its next
+arm turns on a few percent of a round. The report gives per configuration measured and predicted tok/s
+and the error, and per category the order of the policies, measured and predicted, against the best
+fixed arm and the oracle (measured: per generation the fastest fixed arm's time).
 """
 
 from __future__ import annotations
