@@ -88,9 +88,9 @@ def test_the_calibration_pools_every_run_of_its_configurations(report):
 
     meta = json.loads((report / "results.json").read_text())["meta"]
     recorded = json.loads((report / "results.json").read_text())["categories"]
-    settings = [policies.Setting("baseline")] + [policies.Setting("fixed", Arm(d, 2)) for d in DRAFTERS]
     p = {"K": 2, "head": "dense", "placement": "cpu", "graphs": False, "Ks": (2,), "drafters": DRAFTERS}
     p["choices"] = tuple(Arm(d, 2) for d in DRAFTERS)
+    settings = policies.calibration_settings_of(p)
     for category in recorded:
         runs = policies._calibration_runs(report / "traces" / "calibration" / category, settings)
         assert len(runs) == len(settings) * policies.REPEATS

@@ -341,7 +341,7 @@ def run(args) -> Path:
         # per category and run: every configuration in turn; the calibration's (the baseline and every
         # drafter fixed at the largest K) each decode the category's calibration prompt just before,
         # so a calibration run sees the host as the runs it calibrates do
-        calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, K)) for d in p["drafters"]]
+        calibration_settings = calibration_settings_of(p)
         measured: dict[str, dict[Setting, Measured]] = {}
         calibration_runs: dict[str, list] = {}
         for offset, (category, indices) in enumerate(categories.items()):
@@ -395,6 +395,11 @@ def _predicted(measured: dict, calibration_runs: dict, folder: Path, p: dict, pr
     return results, calibrations
 
 
+def calibration_settings_of(p: dict) -> list[Setting]:
+    """What a category's calibration decodes: the baseline and every drafter fixed at the largest K."""
+    return [Setting("baseline")] + [Setting("fixed", Arm(d, p["K"])) for d in p["drafters"]]
+
+
 def calibration_traces(folder: Path, category: str) -> Path:
     """Where `category`'s calibration traces are: its own folder, or (a run recorded before session 16,
     with one calibration prompt for every category) the calibration folder itself."""
@@ -443,7 +448,7 @@ def run_from_runs(args) -> Path:
     exact = {(c, r["label"]): r["exact"] for c, result in recorded["categories"].items() for r in result["rows"]}
     with staged(Path(args.out)) as folder:
         shutil.copytree(source / "traces", folder / "traces")
-        calibration_settings = [Setting("baseline")] + [Setting("fixed", Arm(d, p["K"])) for d in drafters]
+        calibration_settings = calibration_settings_of(p)
         calibration_runs = {
             c: _calibration_runs(calibration_traces(folder, c), calibration_settings) for c in categories
         }
