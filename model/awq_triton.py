@@ -7,21 +7,22 @@ bytes are in flight. The layout and the kernel are built for both:
 
 - Planes (`pack_planes`, once per layer): per block of BLOCK_N output columns and step of 128 input
   rows, a [BLOCK_N, 16] tile of int32 words, contiguous (8 KB at BLOCK_N 128). Nibble i + 4h of word
-  (n, j) holds row 32 i + 16 h + j of column n: shifting a word right by 4 i and masking with
-  0x000F000F leaves the codes of rows 32 i + j and 32 i + 16 + j in its two halves. So the step is 8
-  dots over 16 input rows (the "low" and "high" plane of each of 4 pairs), each with an operand that is an
-  elementwise function of the word tile: Triton then loads the words straight into the dot's register
-  layout (no shared-memory trip for the dequantized weights), and `num_stages` pipelines the raw
-  words through shared memory with asynchronous copies (3 stages: 24 KB in flight per program).
-  A pair of rows 32 i .. 32 i + 31 lies in one group for groups of 32 and more. A group's scale
+  (n, j) holds row 32 i + 2 j + h of column n: shifting a word right by 4 i and masking with
+  0x000F000F leaves the codes of two adjacent rows, 32 i + 2 j and 32 i + 2 j + 1, in its two halves,
+  which is what one 32-bit register of a tensor-core operand holds. So the step is 4 dots over 32 input
+  rows, each with an operand [BLOCK_N, 32] made from the word tile: the tile joined with itself (word
+  j at columns 2 j and 2 j + 1, which Triton lays out as one register read twice) and then an
+  elementwise function of each pair of columns. Triton then loads the words straight into the dot's
+  register layout (no shared-memory trip for the dequantized weights), and `num_stages` pipelines the
+  raw words through shared memory with asynchronous copies (3 stages: 24 KB in flight per program).
+  A run of rows 32 i .. 32 i + 31 lies in one group for groups of 32 and more. A group's scale
   (fp16 bits) and zero point share one int32 per column, so they too are 4-byte loads that the
   pipeline copies asynchronously (as separate 1- and 2-byte loads they were waited for every step).
 - Dequantization, 16-bit activations: the masked halves or-ed with OFFSET's bit pattern (0x4300 bf16,
   128; 0x6400 fp16, 1024) are the floats OFFSET + q; subtracting OFFSET + z (exact) gives q - z. On a
-  GPU it is PTX: per two words, 2 lop3, 2 prmt (gathering the two words' low halves, then their high
-  halves, into the operand's registers) and 2 packed subtractions, after one shift each. The same
-  bits in Triton operations (interpreter; and float32 activations: codes converted, z subtracted).
-  The dot products of a group are summed in float32 and scaled once per group and column.
+  GPU it is PTX: per word and shift, one lop3 and one packed subtraction. The same bits in Triton
+  operations (interpreter; and float32 activations: codes converted, z subtracted). The dot products
+  of a group are summed in float32 and scaled once per group and column.
 - Split-K over 128-row steps (model/split_k.py: partials and a ticket per tile, the last split sums
   them in split order): results are bitwise reproducible, and output row i depends only on x row i
   (and the configuration, which for M <= 16 does not depend on M), never on the other rows.
@@ -31,13 +32,18 @@ bytes are in flight. The layout and the kernel are built for both:
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
 
 Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
-evicted; records in git history at 10011a5, reports/h200/session5/; see reports/HISTORY.md): the previous kernel on AWQ's layout regrouped per 64 columns, which
-dequantized in a blocked layout and moved the bf16 tile through shared memory into the dot's layout
-(218 SASS instructions per 4 KB step and warp), 10.34 ms per step; planes without PTX (LLVM splits
-each pair into 16-bit operations: 317 instructions per 4 KB step) about level with it; with the PTX
-pairs (277) 9.06 ms; with each group's scale and zero point in one int32 8.05 ms (2.09x the floor
-of 3.85 ms; 427 instructions per 8 KB step at BLOCK_N 128). Earlier designs:
-reports/HISTORY.md, sessions 3 and 4.
+evicted; records in git history at 10011a5, reports/h200/session5/; see reports/HISTORY.md): the previous
+kernel on AWQ's layout regrouped per 64 columns, which dequantized in a blocked layout and moved the bf16
+tile through shared memory into the dot's layout (218 SASS instructions per 4 KB step and warp), 10.34 ms
+per step; planes without PTX (LLVM splits each pair into 16-bit operations: 317 instructions per 4 KB
+step) about level with it; with the PTX pairs (277) 9.06 ms; with each group's scale and zero point in
+one int32 8.05 ms (2.09x the floor of 3.85 ms; 427 instructions per 8 KB step at BLOCK_N 128). Those
+planes held rows 32 i + j and 32 i + 16 + j in a word's halves, so two prmt per two words gathered the
+low and the high halves into operand registers, and a step was 8 dots over 16 rows. With adjacent rows
+in a word (session 17) a step is 333 instructions, no prmt and half the dot waits: on one H200 the four
+GEMMs took 14.9 / 13.4 / 48.3 / 29.3 us against 17.4-17.7 / 15.1-15.2 / 56.6-57.1 / 35.2-35.6 (qkv, o,
+gate_up, down), 6.77 ms for the step's 256 against 8.0, and the 32B AWQ target step 8.52-8.59 ms
+against 9.75-9.90 (out/ scratch A/B, both kernels in one process; the speed file is the record).
 Where the kernels run: model/triton_support.py.
 """
 
@@ -110,8 +116,8 @@ def pack_planes(
     blocks = n_padded // block_n
     padded = torch.zeros(in_padded, n_padded, dtype=torch.int64, device=codes.device)
     padded[:IN, :N] = codes
-    # row 128 s + 32 i + 16 h + j, column block b, column n -> nibble i + 4 h of word (b, s, n, j)
-    by_nibble = padded.view(in_padded // STEP_IN, 4, 2, 16, blocks, block_n).permute(4, 0, 5, 3, 2, 1)
+    # row 128 s + 32 i + 2 j + h, column block b, column n -> nibble i + 4 h of word (b, s, n, j)
+    by_nibble = padded.view(in_padded // STEP_IN, 4, 16, 2, blocks, block_n).permute(4, 0, 5, 2, 3, 1)
     shifts = 4 * (torch.arange(4, device=codes.device) + 4 * torch.arange(2, device=codes.device)[:, None])
     words = (by_nibble << shifts).sum(dim=(-2, -1))
     words = int32_bits(words).contiguous()
@@ -205,11 +211,7 @@ def w4a16_matmul(
 def _pairs_ptx(magic: int, subtract: str) -> str:
     """$0, $1 <- the low and high halves of words $2, $3 (already shifted), masked to their codes,
     or-ed with OFFSET, gathered (low halves, then high halves) and minus OFFSET + z ($4, both halves)."""
-    return (
-        "{ .reg .b32 a, b; "
-        f"lop3.b32 a, $2, 0x000F000F, {magic * 0x10001}, 0xea; lop3.b32 b, $3, 0x000F000F, {magic * 0x10001}, 0xea; "
-        f"prmt.b32 $0, a, b, 0x5410; prmt.b32 $1, a, b, 0x7632; {subtract} $0, $0, $4; {subtract} $1, $1, $4; }}"
-    )
+    return f"{{ .reg .b32 a; lop3.b32 a, $1, 0x000F000F, {magic * 0x10001}, 0xea; {subtract} $0, a, $3; }}"
 
 
 if triton is not None:
@@ -245,18 +247,18 @@ if triton is not None:
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
-        PAIRS_PER_GROUP: tl.constexpr = min(GROUP, 128) // 32
+        SHIFTS_PER_GROUP: tl.constexpr = min(GROUP, 128) // 32
         dtype = x_ptr.dtype.element_ty
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rj = tl.arange(0, 16)
+        rk = tl.arange(0, 32)
         m_in = rm < M
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [16 rows of IN, BLOCK_M]
         words = (
             w_ptr
             + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
             + tl.arange(0, BLOCK_N)[:, None] * 16
-            + rj[None, :]
+            + tl.arange(0, 16)[None, :]
         )
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -266,56 +268,47 @@ if triton is not None:
             P = tl.load(words + step * BLOCK_N * 16)
             for i in tl.static_range(4):
                 k = step * 128 + 32 * i
-                if i % PAIRS_PER_GROUP == 0:  # a new group: its zero points and scales
+                if i % SHIFTS_PER_GROUP == 0:  # a new group: its zero points and scales
                     group = tl.load(g_ptr + group_rows + (k // GROUP) * BLOCK_N)
                     z = group & 0xF
                     s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-                low, high = _pair(P, z, i, dtype, MAGIC, PTX)
-                part = tl.dot(low, _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
-                part = tl.dot(high, _x_rows(x_cols, k + 16, rj, m_in, IN, EVEN_IN), part, input_precision="ieee")
-                if (i + 1) % PAIRS_PER_GROUP == 0:  # the group's sums, scaled once
+                operand = _operand(P >> (4 * i), z, dtype, MAGIC, PTX)
+                part = tl.dot(operand, _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN), part, input_precision="ieee")
+                if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
-    def _x_rows(x_cols, k, rj, m_in, IN, EVEN_IN: tl.constexpr):
-        """x^T [16, BLOCK_M]: input rows k .. k + 15 (zero past IN)."""
+    def _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):
+        """x^T [32, BLOCK_M]: input rows k .. k + 31 (zero past IN)."""
         if EVEN_IN:
-            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :], other=0.0)
+            return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :], other=0.0)
         else:
-            return tl.load(x_cols + (k + rj)[:, None], mask=m_in[None, :] & (k + rj < IN)[:, None], other=0.0)
+            return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :] & (k + rk < IN)[:, None], other=0.0)
 
     @triton.jit
-    def _pair(P, z, I: tl.constexpr, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
-        """The low and high planes of pair I, (q - z) as the dot's left operands [BLOCK_N, 16]."""
+    def _operand(words, z, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
+        """(q - z) of the 32 rows in the low nibbles of each half of the (shifted) words [BLOCK_N, 16], as
+        the dot's left operand [BLOCK_N, 32]: column 2 j + h is half h of word j. Each word is taken
+        twice, so that a pair of adjacent columns, one 32-bit register of the operand, is made from one word."""
+        twice = tl.reshape(tl.join(words, words), [words.shape[0], 32])
         if dtype == tl.float32:
-            low = ((P >> (4 * I)) & 0xF).to(tl.float32) - z.to(tl.float32)[:, None]
-            high = ((P >> (4 * I + 16)) & 0xF).to(tl.float32) - z.to(tl.float32)[:, None]
+            halves = tl.where((tl.arange(0, 32) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
+            operand = halves.to(tl.float32) - z.to(tl.float32)[:, None]
         else:
             offset_z = (z | MAGIC).to(tl.int16).to(dtype, bitcast=True)  # OFFSET + z
             if PTX:
-                z_pairs = tl.broadcast_to(offset_z[:, None], P.shape)
+                z_pairs = tl.broadcast_to(offset_z[:, None], twice.shape)
                 if dtype == tl.bfloat16:
-                    low, high = tl.inline_asm_elementwise(
-                        _BF16_PAIRS,
-                        "=r,=r,r,r,r",
-                        [P >> (4 * I), z_pairs],
-                        dtype=(tl.bfloat16, tl.bfloat16),
-                        is_pure=True,
-                        pack=2,
+                    operand = tl.inline_asm_elementwise(
+                        _BF16_PAIRS, "=r,r,r,r", [twice, z_pairs], dtype=tl.bfloat16, is_pure=True, pack=2
                     )
                 else:
-                    low, high = tl.inline_asm_elementwise(
-                        _FP16_PAIRS,
-                        "=r,=r,r,r,r",
-                        [P >> (4 * I), z_pairs],
-                        dtype=(tl.float16, tl.float16),
-                        is_pure=True,
-                        pack=2,
+                    operand = tl.inline_asm_elementwise(
+                        _FP16_PAIRS, "=r,r,r,r", [twice, z_pairs], dtype=tl.float16, is_pure=True, pack=2
                     )
             else:
-                pairs = ((P >> (4 * I)) & 0x000F000F) | (MAGIC * 0x10001)
-                low = pairs.to(tl.int16).to(dtype, bitcast=True) - offset_z[:, None]
-                high = (pairs >> 16).to(tl.int16).to(dtype, bitcast=True) - offset_z[:, None]
-        return low, high
+                halves = tl.where((tl.arange(0, 32) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
+                operand = (halves | MAGIC).to(tl.int16).to(dtype, bitcast=True) - offset_z[:, None]
+        return operand

@@ -153,7 +153,7 @@ def _awq_matmul(layer, x, block_n=awq_triton.BLOCK_N, **config):
 
 
 def test_awq_planes_hold_each_code_at_its_row_and_nibble():
-    # Row 128 s + 32 i + 16 h + j of column n is nibble i + 4 h of word (n // block_n, s, n % block_n, j);
+    # Row 128 s + 32 i + 2 j + h of column n is nibble i + 4 h of word (n // block_n, s, n % block_n, j);
     # K and N are padded with zero codes and scales.
     layer = _awq_layer(160, 40, 32)
     codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
@@ -164,7 +164,7 @@ def test_awq_planes_hold_each_code_at_its_row_and_nibble():
     words = planes.codes.cpu().to(torch.int64) & 0xFFFFFFFF
     for k, n in ((0, 0), (17, 5), (45, 39), (128 + 20, 20), (159, 33)):
         s, r = divmod(k, 128)
-        i, h, j = r // 32, r % 32 // 16, r % 16
+        i, j, h = r // 32, r % 32 // 2, r % 2
         assert (words[n // 16, s, n % 16, j] >> (4 * (i + 4 * h))) & 0xF == codes[k, n]
         assert zero_points[n // 16, k // 32, n % 16] == zeros[k // 32, n]
         assert scales[n // 16, k // 32, n % 16] == layer.scales[k // 32, n]
