@@ -33,6 +33,7 @@ from contracts.profile import read_profile, write_profile
 from measure.profiling import check_settings
 from model import tensor_parallel
 from model.decoder import Decoder, cache_room, width
+from model.graphs import capturing
 from model.heads import DenseHead
 from model.loading import load_model
 
@@ -162,7 +163,7 @@ class Timing:
             step()  # warm-up outside capture (creates what the step needs)
         torch.cuda.synchronize(self.device)
         graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-        with torch.cuda.graph(graph, stream=side):
+        with capturing(graph, side):
             for _ in range(ALL_REDUCE_CALLS):
                 step()
         return self._timed(graph.replay, ALL_REDUCE_CALLS)

@@ -26,6 +26,7 @@ import torch
 
 from contracts import UsageError
 from contracts.files import check_output_file, write_atomic
+from model.graphs import capturing
 from model.loading import parse_device
 
 
@@ -132,11 +133,11 @@ def time_in_graph(fn: Callable, inputs: Sequence[tuple], device: torch.device, r
         torch.cuda.synchronize(device)
         with_fn, reads_only = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
-        with torch.cuda.graph(with_fn, stream=side):
+        with capturing(with_fn, side):
             for i in range(calls):
                 evict.sum()
                 fn(*inputs[i % len(inputs)])
-        with torch.cuda.graph(reads_only, stream=side):
+        with capturing(reads_only, side):
             for _ in range(calls):
                 evict.sum()
         per_call = []

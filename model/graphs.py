@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+
+
+@contextlib.contextmanager
+def garbage_collected_first() -> Iterator[None]:
+    """Collects cyclic garbage now and none until the block ends.
+
+    A decoder and its graphed calls refer to each other, so a decoder dropped earlier is freed only
+    by the cyclic collector, and its CUDA graphs with it. torch.cuda.graph no longer collects before
+    a capture (torch 2.11), so the collector could run inside one, and destroying a graph during a
+    capture invalidates the capture (a validate --measure run on one H200 failed so, session 17)."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> Iterator[None]:
+    """torch.cuda.graph(graph, stream=stream) with no garbage collection inside (garbage_collected_first)."""
+    with garbage_collected_first(), torch.cuda.graph(graph, stream=stream):
+        yield
 
 
 @dataclass
@@ -63,7 +90,7 @@ class GraphedCall:
             graph = torch.cuda.CUDAGraph()
             # Capture on a stream of this device: torch.cuda.graph's default capture stream is
             # shared by the class and lives on whichever device first used it.
-            with torch.cuda.graph(graph, stream=side):
+            with capturing(graph, side):
                 output = self.fn(*static_inputs)
         return _Graph(graph, static_inputs, output)
 

@@ -7,7 +7,7 @@ prefill, single-token steps, multi-token verify-like chunks, and rewinds over st
 import pytest
 import torch
 
-from model.graphs import GraphedCall
+from model.graphs import GraphedCall, garbage_collected_first
 from model.loading import load_model
 
 VOCAB = 320  # the synthetic byte tokenizer stands in for missing tokenizer files: >= 256
@@ -242,6 +242,32 @@ def test_graphed_call_is_eager_on_cpu():
     graphed = GraphedCall(double)
     assert torch.equal(graphed(torch.ones(3)), 2 * torch.ones(3))
     assert len(calls) == 1 and graphed.captured == 0
+
+
+def test_no_garbage_is_collected_inside_a_capture():
+    """A decoder dropped before a capture is freed before it starts, and nothing is freed by the
+    collector inside it (destroying a CUDA graph there would invalidate the capture)."""
+    import gc
+
+    freed = []
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            freed.append(1)
+
+    Cycle()  # unreachable, but only the cyclic collector frees it
+    with garbage_collected_first():
+        assert freed == [1] and not gc.isenabled()
+        Cycle()
+        containers = [[] for _ in range(100_000)]  # allocations that would trigger an automatic collection
+        assert len(containers) == 100_000
+        assert freed == [1]
+    assert gc.isenabled()
+    gc.collect()
+    assert freed == [1, 1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
