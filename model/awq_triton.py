@@ -43,7 +43,7 @@ low and the high halves into operand registers, and a step was 8 dots over 16 ro
 in a word (session 17) a step is 333 instructions, no prmt and half the dot waits: on one H200 the four
 GEMMs took 14.9 / 13.4 / 48.3 / 29.3 us against 17.4-17.7 / 15.1-15.2 / 56.6-57.1 / 35.2-35.6 (qkv, o,
 gate_up, down), 6.77 ms for the step's 256 against 8.0, and the 32B AWQ target step 8.52-8.59 ms
-against 9.75-9.90 (out/ scratch A/B, both kernels in one process; the speed file is the record).
+against 9.75-9.90 (both kernels timed in one process; records: reports/speed/h200.md, reports/README.md, session 17).
 Where the kernels run: model/triton_support.py.
 """
 
