@@ -209,8 +209,8 @@ def w4a16_matmul(
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
-    """$0, $1 <- the low and high halves of words $2, $3 (already shifted), masked to their codes,
-    or-ed with OFFSET, gathered (low halves, then high halves) and minus OFFSET + z ($4, both halves)."""
+    """$0 <- word $1 (already shifted) masked to the codes in its two halves, or-ed with OFFSET and minus
+    OFFSET + z ($3, both halves). $2 is the same word again (pack=2 hands the asm both of its columns)."""
     return f"{{ .reg .b32 a; lop3.b32 a, $1, 0x000F000F, {magic * 0x10001}, 0xea; {subtract} $0, a, $3; }}"
 
 
@@ -253,7 +253,7 @@ if triton is not None:
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, 32)
         m_in = rm < M
-        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [16 rows of IN, BLOCK_M]
+        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [32 rows of IN, BLOCK_M]
         words = (
             w_ptr
             + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
@@ -293,8 +293,9 @@ if triton is not None:
         the dot's left operand [BLOCK_N, 32]: column 2 j + h is half h of word j. Each word is taken
         twice, so that a pair of adjacent columns, one 32-bit register of the operand, is made from one word."""
         twice = tl.reshape(tl.join(words, words), [words.shape[0], 32])
-        if dtype == tl.float32:
+        if dtype == tl.float32 or not PTX:  # half h of each word's copy h, its low nibble
             halves = tl.where((tl.arange(0, 32) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
+        if dtype == tl.float32:
             operand = halves.to(tl.float32) - z.to(tl.float32)[:, None]
         else:
             offset_z = (z | MAGIC).to(tl.int16).to(dtype, bitcast=True)  # OFFSET + z
@@ -309,6 +310,5 @@ if triton is not None:
                         _FP16_PAIRS, "=r,r,r,r", [twice, z_pairs], dtype=tl.float16, is_pure=True, pack=2
                     )
             else:
-                halves = tl.where((tl.arange(0, 32) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
                 operand = (halves | MAGIC).to(tl.int16).to(dtype, bitcast=True) - offset_z[:, None]
         return operand

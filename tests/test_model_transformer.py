@@ -4,6 +4,8 @@ The reference is Hugging Face's full forward over the whole sequence (no cache);
 prefill, single-token steps, multi-token verify-like chunks, and rewinds over stale slots.
 """
 
+import gc
+
 import pytest
 import torch
 
@@ -247,8 +249,6 @@ def test_graphed_call_is_eager_on_cpu():
 def test_no_garbage_is_collected_inside_a_capture():
     """A decoder dropped before a capture is freed before it starts, and nothing is freed by the
     collector inside it (destroying a CUDA graph there would invalidate the capture)."""
-    import gc
-
     freed = []
 
     class Cycle:
