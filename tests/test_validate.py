@@ -138,6 +138,42 @@ def test_recorded_runs_predict_again_to_the_same_numbers(validated, tmp_path, ca
     assert capsys.readouterr().err.count("error:") == 2
 
 
+def test_repeated_runs_are_measured_as_their_median_and_predicted_again_alike(validated, tmp_path):
+    """--repeats 3: each configuration and each calibration generation runs three times, each run of every
+    configuration before the next; a configuration is measured as its median run, with the runs' range, and
+    --from-runs chooses the same runs again."""
+    out = tmp_path / "repeated"
+    argv = ["--profile", str(validated / "profile.json"), "--schedules", "baseline,deferred", "--heads", "dense"]
+    assert main(TINY + argv + ["--K", "2", "--acceptance", "a=0.5", "--repeats", "3", "--out", str(out)]) == 0
+    traces = out / "traces"
+    rows = {r["configuration"]: r for r in csv.DictReader((out / "results.csv").open())}
+    assert sorted(rows) == ["baseline", "deferred-dense-K2"]
+    for name, row in rows.items():
+        stems = [name, f"{name}.repeat-2", f"{name}.repeat-3"]
+        speeds = sorted(read_summary(traces / f"{stem}.summary.json")["decode_tok_s"] for stem in stems)
+        assert float(row["measured_tok_s"]) == pytest.approx(speeds[1])  # the median run, not the first
+        assert (float(row["runs_slowest_tok_s"]), float(row["runs_fastest_tok_s"])) == pytest.approx(
+            (speeds[0], speeds[2])
+        )
+        assert row["trace"].removeprefix("traces/").split(".trace")[0] in stems
+    calibration = sorted(p.name for p in traces.glob("calibration-K2-dense-*.summary.json"))
+    assert calibration == sorted(
+        f"calibration-K2-dense-{name}{suffix}.summary.json"
+        for name in ("baseline", "deferred-dense-K2")
+        for suffix in ("", ".repeat-2", ".repeat-3")
+    )
+    report = (out / "report.md").read_text()
+    assert "the median of 3 runs of each configuration" in report and "runs' range" in report
+    assert "K2-dense: 6 generations" in report  # the calibration pools its three runs of both schedules
+    again = tmp_path / "again"
+    assert main(["--from-runs", str(out), "--profile", str(validated / "profile.json"), "--out", str(again)]) == 0
+    columns = ("configuration", "measured_tok_s", "runs_slowest_tok_s", "predicted_tok_s", "trace")
+    first, second = (
+        [{k: r[k] for k in columns} for r in csv.DictReader((d / "results.csv").open())] for d in (out, again)
+    )
+    assert first == second
+
+
 def test_a_failure_midway_leaves_no_output(validated, tmp_path, monkeypatch):
     calls = []
 

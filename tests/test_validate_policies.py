@@ -242,11 +242,13 @@ def test_bad_repeats_are_one_line_and_exit_2(report, tmp_path, capsys, count):
     assert not (tmp_path / "o").exists()
 
 
-def test_repeats_without_a_policy_validation_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("extra", [["--peers"], ["--from-runs", "runs", "--profile", "p.json"]])
+def test_repeats_with_peers_or_recorded_runs_is_refused(tmp_path, capsys, extra):
     argv = ["--target", "tiny-qwen3", "--draft", "tiny-qwen3-draft", "--placement", "cpu", "--repeats", "3"]
-    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert main([*argv, *extra, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--repeats: runs of each drafter/policy configuration" in err[0]
+    assert len(err) == 1 and "--repeats: runs of each configuration, made by a validation" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_noise_seeds_without_a_policy_validation_is_refused(tmp_path, capsys):

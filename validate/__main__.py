@@ -236,8 +236,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=None,
         metavar="N",
-        help="with --drafter: runs of each configuration per category, each run of every configuration before the "
-        f"next; the measurement is their median, with their range (default {policies.REPEATS}, odd)",
+        help="runs of each configuration (odd): each run of every configuration before the next, the measurement "
+        "their median run, with their range; the calibration pools its runs. With --drafter: per category "
+        f"(default {policies.REPEATS}); otherwise per decoder instance (default {pipeline.REPEATS})",
     )
     p.add_argument("--peers", action="store_true", help="side by side with Hugging Face instead (see below)")
     p.add_argument(
@@ -262,8 +263,10 @@ def main(argv=None) -> int:
             raise UsageError(
                 "--noise-seeds: online policies' replays; use it with --drafter/--policy or their --from-runs"
             )
-        if args.repeats is not None and not policy_run:
-            raise UsageError("--repeats: runs of each drafter/policy configuration; use it with --drafter/--policy")
+        if args.repeats is not None and (args.peers or args.from_runs):
+            raise UsageError(
+                "--repeats: runs of each configuration, made by a validation; not with --peers or --from-runs"
+            )
         if args.from_runs and policies.recorded_in(args.from_runs):
             policies.run_from_runs(args)
         elif args.from_runs:

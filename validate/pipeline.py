@@ -62,6 +62,7 @@ from .plan import (
     timeline_config,
 )
 from .predict import phase_rows, predict, predict_timeline
+from .repeats import checked_repeats, median_by_tok_s, run_stem, split_stem
 from .runs import Workload, control_for, decode, free_memory, load_pair, records, references, run_config_dict
 from .trees import (
     check_profile_trees,
@@ -72,6 +73,8 @@ from .trees import (
     validated_trees,
 )
 
+# Runs of each configuration (validate/repeats.py); --repeats 3 measures each as the median of three.
+REPEATS = 1
 MEASURED_CONTEXTS = 4  # context points measured across the runs' range: a noisy point moves a line through two
 
 
@@ -135,6 +138,7 @@ def run(args) -> Path:
     refuse_tensor_parallel(placement)
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
+    repeats = checked_repeats(args.repeats, REPEATS)
     rows = decoder_rows(K_max, trees)  # every decoder's fixed width on a GPU (validate/trees.py)
     if args.profile:
         check_profile(args.profile, placement, graphs, sampled=not args.sampling.greedy)
@@ -177,7 +181,7 @@ def run(args) -> Path:
     with staged(out) as folder:
         (folder / "traces").mkdir()
         recorded, calibration_records, inexact = _decode_all(
-            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows, curves
+            args, pair, work, configs, control, graphs, reference_len, folder, ks[0], drawn, rows, repeats, curves
         )
         del pair, control
         free_memory()
@@ -257,14 +261,17 @@ def run_from_runs(args) -> Path:
     summaries = sorted(source.glob("*.summary.json"))
     if not summaries:
         raise UsageError(f"--from-runs: no recorded runs (*.summary.json) in {source}")
-    recorded = [_recorded(path) for path in summaries if not path.name.startswith("calibration-")]
+    recorded = _median_runs([path for path in summaries if not path.name.startswith("calibration-")])
     calibration_records = {}
-    for path in summaries:
-        if path.name.startswith("calibration-"):
-            config, probes, lines, summary = _recorded(path)
-            group = path.name.removeprefix("calibration-").removesuffix(f"-{config.name}.summary.json")
-            trace = path.with_name(path.name.replace(".summary.json", ".trace.jsonl"))
-            calibration_records.setdefault(group, []).append((config, probes, lines, summary, trace))
+    # each instance's generations in the order they ran (run after run: baseline, then deferred), so that
+    # pooled sums add up as in the run
+    calibration = sorted((path for path in summaries if path.name.startswith("calibration-")), key=_calibration_order)
+    for path in calibration:
+        config, probes, lines, summary = _recorded(path)
+        stem = split_stem(path.name.removesuffix(".summary.json"))[0]
+        group = stem.removeprefix("calibration-").removesuffix(f"-{config.name}")
+        trace = path.with_name(path.name.replace(".summary.json", ".trace.jsonl"))
+        calibration_records.setdefault(group, []).append((config, probes, lines, summary, trace))
     first = recorded[0][3]["config"]
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
@@ -295,6 +302,7 @@ def run_from_runs(args) -> Path:
         "prompt_spec": f"runs recorded earlier, predicted again from {source}",
         "max_new_tokens": first["max_new_tokens"],
         "warmup": None,
+        "repeats": max(split_stem(path.name.removesuffix(".summary.json"))[1] for path in summaries),
         "command": args.command,
     }
     with staged(out) as folder:
@@ -320,10 +328,40 @@ def run_from_runs(args) -> Path:
 def _name_by_configuration(traces: Path, summaries: list[Path]) -> None:
     """`python -m model --out` names a run by its schedule; the report names it by its configuration."""
     for path in summaries:
-        stem, name = path.name.removesuffix(".summary.json"), _recorded(path)[0].name
-        if stem != name:
+        stem = path.name.removesuffix(".summary.json")
+        named = _report_stem(stem, _recorded(path)[0])
+        if stem != named:
             for suffix in (".summary.json", ".trace.jsonl"):
-                (traces / f"{stem}{suffix}").rename(traces / f"{name}{suffix}")
+                (traces / f"{stem}{suffix}").rename(traces / f"{named}{suffix}")
+
+
+def _calibration_order(path: Path) -> tuple:
+    """A calibration generation's place in its run: (its run, its schedule's place in CALIBRATION_SCHEDULES)."""
+    repeat = split_stem(path.name.removesuffix(".summary.json"))[1]
+    return repeat, CALIBRATION_SCHEDULES.index(read_summary(path)["config"]["schedule"])
+
+
+def _report_stem(stem: str, config: Config) -> str:
+    """The stem a recorded run has in a report's traces/: its configuration's name, with its run's number."""
+    return run_stem(config.name, split_stem(stem)[1])
+
+
+def _median_runs(summaries: list[Path]) -> list[tuple]:
+    """Each recorded configuration as measured: its median run (repeats.median_by_tok_s) as (config, probes,
+    trace lines, summary, its stem in the report's traces/, the runs' range or None)."""
+    by_config = {}
+    for path in summaries:
+        config, probes, lines, summary = _recorded(path)
+        stem = _report_stem(path.name.removesuffix(".summary.json"), config)
+        by_config.setdefault(config, []).append((config, probes, lines, summary, stem))
+    return [_as_measured(runs) for runs in by_config.values()]
+
+
+def _as_measured(runs: list[tuple]) -> tuple:
+    """A configuration's runs (config, probes, trace lines, summary, stem) as its median run, with the runs'
+    range appended (None for one run)."""
+    median, runs_range = median_by_tok_s(runs, lambda run: run[3])
+    return (*median, runs_range)
 
 
 def _recorded(summary_path: Path) -> tuple:
@@ -383,8 +421,8 @@ def _predict_all(
         profile = tensor_parallel.placed(profile, placement, regime, 1.0, (), [])
     costs = profile.costs[regime]
     results, notes = [], []
-    for config, probes, lines, summary in recorded:
-        trace = folder / "traces" / f"{config.name}.trace.jsonl"
+    for config, probes, lines, summary, stem, runs_range in recorded:
+        trace = folder / "traces" / f"{stem}.trace.jsonl"
         profile_only, sim_notes = predict(profile_path, trace, lines, config, probes, placement, graphs)
         notes += [n for n in sim_notes if n not in notes]
         calibration = calibrations.get(group_name(config))
@@ -430,6 +468,7 @@ def _predict_all(
                 profile_only if calibration is not None else None,
                 sum(line["accepted"] for line in lines) / len(lines),
                 by_control,
+                runs_range,
             )
         )
     return results, notes
@@ -447,6 +486,7 @@ def _decode_all(
     first_K: int,
     drawn: Config | None = None,
     rows: int = 0,
+    repeats: int = 1,
     curves: dict | None = None,
 ):
     """Every configuration over every prompt, each decoder instance calibrated first; writes every trace
@@ -455,14 +495,18 @@ def _decode_all(
     are not the target's greedy reference: "configuration prompt"). Every decoder runs at `rows` rows
     at least (its fixed width on a GPU). The target's references are computed once per attention
     choice (a tree decoder's target attends path-ordered, a chain's may split the keys). `curves`: the
-    acceptance control of each (K, head) where it is not `base` (validate/acceptance_curves.py)."""
+    acceptance control of each (K, head) where it is not `base` (validate/acceptance_curves.py).
+    `repeats`: runs of each configuration (validate/repeats.py); each run of an instance's calibration and
+    of every configuration on it comes before the next, a recorded configuration is its median run, and
+    the calibration pools its runs."""
     recorded, calibrations, refs_by_attention, inexact = [], {}, {}, []
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head, c.tree) for c in configs})
     needs_references = base is not None or args.sampling.greedy  # control binds to them; greedy is checked
     reference_sets = len({c.tree == "chain" for c in configs}) if needs_references else 0
-    total = len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES) + reference_sets * (len(work.prompts) + 1)
+    total = (len(configs) * per_group + groups * len(CALIBRATION_SCHEDULES)) * repeats
+    total += reference_sets * (len(work.prompts) + 1)
     with Progress(total, "validate", "gen") as progress:
         for (K, head_kind, tree), group in itertools.groupby(configs, key=lambda c: (c.K, c.head, c.tree)):
             group = list(group)
@@ -483,33 +527,42 @@ def _decode_all(
             calibrations[name] = []
             probes = head.probes if head_kind == "flashhead" else None
             write_run = partial(_run_and_write, args, pair, dec, control, refs, probes=probes, folder=folder)
-            for schedule in CALIBRATION_SCHEDULES:
-                config = (
-                    Config("baseline", "dense", 0)
-                    if schedule == "baseline"
-                    else Config(schedule, head_kind, K or first_K, tree)
-                )
-                calibration_work = Workload([calibration_prompt], [calibration_ids])
-                stem = trace_name(name, config)
-                _, config_probes, lines, summary, trace = write_run(calibration_work, config, stem=stem, warmup=1)
-                calibrations[name].append((config, config_probes, lines, summary, trace))
-                progress.update()
-            for config in group:
-                runs, config_probes, lines, summary, _ = write_run(
-                    work, config, stem=config.name, warmup=args.warmup, progress=progress, drawn=config == drawn
-                )
-                if refs is not None and args.sampling.greedy:
-                    inexact += [f"{config.name} {pid}" for pid, g in runs if g.tokens != refs[pid][: len(g.tokens)]]
-                if config == drawn:
-                    prompt_id, generation = runs[0]
-                    write_timeline(
-                        folder / MEASURED_TIMELINE,
-                        generation.timeline,
-                        timeline_meta(
-                            generation, summary["config"], prompt_id, dec.target_device.type == "cuda", TIMELINE_CHOICE
-                        ),
+            runs_of = {config: [] for config in group}
+            for repeat in range(1, repeats + 1):
+                for schedule in CALIBRATION_SCHEDULES:
+                    config = (
+                        Config("baseline", "dense", 0)
+                        if schedule == "baseline"
+                        else Config(schedule, head_kind, K or first_K, tree)
                     )
-                recorded.append((config, config_probes, lines, summary))
+                    calibration_work = Workload([calibration_prompt], [calibration_ids])
+                    stem = run_stem(trace_name(name, config), repeat)
+                    _, config_probes, lines, summary, trace = write_run(calibration_work, config, stem=stem, warmup=1)
+                    calibrations[name].append((config, config_probes, lines, summary, trace))
+                    progress.update()
+                for config in group:
+                    draws = config == drawn and repeat == 1
+                    stem = run_stem(config.name, repeat)
+                    runs, config_probes, lines, summary, _ = write_run(
+                        work, config, stem=stem, warmup=args.warmup, progress=progress, drawn=draws
+                    )
+                    if refs is not None and args.sampling.greedy:
+                        inexact += [f"{stem} {pid}" for pid, g in runs if g.tokens != refs[pid][: len(g.tokens)]]
+                    if draws:
+                        prompt_id, generation = runs[0]
+                        write_timeline(
+                            folder / MEASURED_TIMELINE,
+                            generation.timeline,
+                            timeline_meta(
+                                generation,
+                                summary["config"],
+                                prompt_id,
+                                dec.target_device.type == "cuda",
+                                TIMELINE_CHOICE,
+                            ),
+                        )
+                    runs_of[config].append((config, config_probes, lines, summary, stem))
+            recorded += [_as_measured(runs) for runs in runs_of.values()]
             del dec, head, control
             free_memory()
     return recorded, calibrations, inexact
@@ -602,6 +655,7 @@ def _meta(args, pair, graphs: bool, control, prompts) -> dict:
         "prompt_spec": args.prompts,
         "max_new_tokens": args.max_new_tokens,
         "warmup": args.warmup,
+        "repeats": checked_repeats(args.repeats, REPEATS),
         "command": args.command,
     }
 

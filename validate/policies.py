@@ -69,6 +69,7 @@ from .plan import (
     report_folder,
 )
 from .predict import predict
+from .repeats import checked_repeats, median_by_tok_s, run_stem
 from .runs import Workload, control_for, decode, free_memory, load_pair, references, run_config_dict
 
 SCHEDULE = "deferred"
@@ -81,7 +82,6 @@ NOISE_SEEDS = 51
 MAX_NOISE_SEEDS = 1001
 # Runs of each configuration per category, interleaved (`median_run`): the measurement is the median run.
 REPEATS = 3
-MAX_REPEATS = 15
 # profile cost -> the phases whose measured / predicted time scales it, per drafter that pays it
 DRAFTER_COSTS = {
     "draft-model": {"draft.body_ms": ("draft_body",)},
@@ -125,16 +125,15 @@ def median_run(runs: list[Measured]) -> Measured:
     time and the runs' range. A configuration run several times, interleaved with the others, is measured
     so: a host's slow spell or a bandit's unlucky arm moves one run, not the median (on one H200 in
     session 16 one fixed arm's rounds paid 0.3 ms more host time for a whole run, 6% of its tok/s)."""
-    ordered = sorted(runs, key=lambda m: m.summary["decode_tok_s"])
-    middle = ordered[len(ordered) // 2]
-    if len(runs) == 1:
+    middle, runs_range = median_by_tok_s(runs, lambda m: m.summary)
+    if runs_range is None:
         return middle
     return Measured(
         middle.summary,
         all(m.exact for m in runs),
         [statistics.median(times) for times in zip(*(m.generation_ms for m in runs))],
         middle.pulls,
-        (ordered[0].summary["decode_tok_s"], ordered[-1].summary["decode_tok_s"]),
+        runs_range,
     )
 
 
@@ -147,14 +146,6 @@ def parse_policies(text: str) -> tuple[str, ...]:
     if bad or not chosen:
         raise UsageError(f"--policy: {bad[0] if bad else text!r} is unknown; valid: {', '.join(POLICIES)}, or all")
     return tuple(p for p in chosen if p != "fixed")
-
-
-def repeats(args) -> int:
-    """--repeats, checked: an odd count up to MAX_REPEATS (default REPEATS)."""
-    count = REPEATS if args.repeats is None else args.repeats
-    if not (count % 2 and 1 <= count <= MAX_REPEATS):
-        raise UsageError(f"--repeats must be odd from 1 to {MAX_REPEATS} (the median is one run), got {count}")
-    return count
 
 
 def noise_seeds(args) -> int:
@@ -188,7 +179,7 @@ def plan(args) -> dict:
         raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    seeds, count = noise_seeds(args), repeats(args)
+    seeds, count = noise_seeds(args), checked_repeats(args.repeats, REPEATS)
     if args.measure or not args.profile:
         raise UsageError(
             "--drafter/--policy need --profile PATH with the drafters' costs (python -m measure "
@@ -324,8 +315,8 @@ def run(args) -> Path:
             summary = summarize(config, runs)
             where = (folder / "traces" / "calibration" if calibration else folder / "traces") / category
             where.mkdir(parents=True, exist_ok=True)
-            write_trace(where / f"{run_stem(setting, repeat)}.trace.jsonl", lines)
-            write_summary(where / f"{run_stem(setting, repeat)}.summary.json", summary)
+            write_trace(where / f"{run_stem(setting.name, repeat)}.trace.jsonl", lines)
+            write_summary(where / f"{run_stem(setting.name, repeat)}.summary.json", summary)
             exact = all(g.tokens == refs[pid][: len(g.tokens)] for pid, g in runs)
             pulls = Counter(f"{r.drafter}:K{r.proposed}" for _, g in runs for r in g.rounds if r.drafter)
             return Measured(summary, exact, [g.decode_ms for _, g in runs], dict(pulls))
@@ -482,16 +473,11 @@ def _policy_config(folder: Path) -> dict:
     raise UsageError(f"--from-runs: no online policy's run in {folder}")
 
 
-def run_stem(setting: Setting, repeat: int) -> str:
-    """The file stem of a configuration's run: its name for the first, name.repeat-N for run N."""
-    return setting.name if repeat == 1 else f"{setting.name}.repeat-{repeat}"
-
-
 def recorded_runs(folder: Path, setting: Setting) -> list[tuple[Path, dict]]:
     """A configuration's recorded runs in `folder`, in order: (its trace, its summary)."""
     runs, repeat = [], 1
-    while (folder / f"{run_stem(setting, repeat)}.summary.json").is_file():
-        stem = run_stem(setting, repeat)
+    while (folder / f"{run_stem(setting.name, repeat)}.summary.json").is_file():
+        stem = run_stem(setting.name, repeat)
         runs.append((folder / f"{stem}.trace.jsonl", read_summary(folder / f"{stem}.summary.json")))
         repeat += 1
     return runs

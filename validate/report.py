@@ -34,6 +34,7 @@ class Result:
     profile_only: dict | None = None  # the simulator's row from the profile alone, when calibrated
     measured_accepted: float | None = None  # mean accepted draft tokens (a tree's path length) per round
     by_control: dict | None = None  # a tree's prediction from the control's rule (validate/trees.py)
+    runs_range: tuple | None = None  # (slowest, fastest) decode tok/s of its runs, where it ran several times
 
     @property
     def profile_only_error(self) -> float | None:
@@ -76,6 +77,17 @@ def _exactness(inexact: list[str] | None) -> list[str]:
     return [f"- Outputs: **NOT exact** against the target's greedy reference: {', '.join(inexact)}"]
 
 
+def _repeats(count: int) -> list[str]:
+    """The measured line where every configuration ran several times (validate/repeats.py)."""
+    if count == 1:
+        return []
+    return [
+        f"- Measured: the median of {count} runs of each configuration, each run of a decoder instance's "
+        "calibration and configurations before the next (`runs' range` gives the slowest and the fastest); "
+        "the calibration pools its runs"
+    ]
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -99,12 +111,21 @@ HEADERS = [
 ]
 
 
-def _cells(r: Result) -> list[str]:
+def _table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """HEADERS and a row per result, with the runs' range beside the measurement where configurations ran
+    several times."""
+    ranged = any(r.runs_range for r in results)
+    return HEADERS[:2] + ["runs' range"] * ranged + HEADERS[2:], [_cells(r, ranged) for r in results]
+
+
+def _cells(r: Result, ranged: bool) -> list[str]:
     s, p = r.summary, r.predicted
     profile_only = "-" if r.profile_only_error is None else _pct(r.profile_only_error)
+    runs_range = [f"{r.runs_range[0]:.2f}-{r.runs_range[1]:.2f}" if r.runs_range else "-"] * ranged
     return [
         r.config.name + (f" p={r.probes}" if r.probes else ""),
         _f(r.measured_tok_s),
+        *runs_range,
         _f(r.predicted_tok_s),
         _pct(r.error),
         profile_only,
@@ -118,7 +139,7 @@ def _cells(r: Result) -> list[str]:
 
 
 def stdout_table(results: list[Result]) -> str:
-    return render(HEADERS, [_cells(r) for r in results])
+    return render(*_table(results))
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -253,6 +274,7 @@ def markdown(results: list[Result], meta: dict) -> str:
             else "the runs' warm-up generations are not in their traces"
         ),
         f"- Command: `{meta['command']}`",
+        *_repeats(meta.get("repeats", 1)),
         *_exactness(meta.get("inexact")),
         "- Calibration: "
         + ("; ".join(meta["calibrations"]) if meta.get("calibrations") else "none (the profile's costs as measured)"),
@@ -302,7 +324,7 @@ def markdown(results: list[Result], meta: dict) -> str:
         "",
         "## Results",
         "",
-        *_md_table(HEADERS, [_cells(r) for r in results]),
+        *_md_table(*_table(results)),
         "",
     ]
     lines += tree_section(results)
@@ -381,6 +403,8 @@ def csv_text(results: list[Result]) -> str:
             "prompts": len(s["per_prompt"]),
             "decode_tokens": s["decode_tokens"],
             "measured_tok_s": r.measured_tok_s,
+            "runs_slowest_tok_s": r.runs_range[0] if r.runs_range else None,
+            "runs_fastest_tok_s": r.runs_range[1] if r.runs_range else None,
             "predicted_tok_s": r.predicted_tok_s,
             "error": r.error,
             "closed_form_tok_s": c.tok_s,
