@@ -172,7 +172,7 @@ def run(args) -> Path:
     for head in heads:
         pair.head(head, args.probes)  # bad probes, budgets or assets fail here, before any run
     lengths = [len(x) for x in work.ids]
-    meta = _meta(args, pair, graphs, control, prompts)
+    meta = {**_meta(args, pair, graphs, control, prompts), "repeats": repeats}
     if curves:
         per_head = "; ".join(f"{head} at K={K}: {spec}" for (K, head), spec in curves.items())
         meta["acceptance"] = f"acceptance control {args.acceptance} (seed {control.seed}), per head {per_head}"
@@ -262,16 +262,20 @@ def run_from_runs(args) -> Path:
     if not summaries:
         raise UsageError(f"--from-runs: no recorded runs (*.summary.json) in {source}")
     recorded = _median_runs([path for path in summaries if not path.name.startswith("calibration-")])
+    calibration = []
+    for path in summaries:
+        if path.name.startswith("calibration-"):
+            config, probes, lines, summary = _recorded(path)
+            stem, repeat = split_stem(path.name.removesuffix(".summary.json"))
+            group = stem.removeprefix("calibration-").removesuffix(f"-{config.name}")
+            trace = path.with_name(path.name.replace(".summary.json", ".trace.jsonl"))
+            order = (repeat, CALIBRATION_SCHEDULES.index(config.schedule))
+            calibration.append((order, group, (config, probes, lines, summary, trace)))
     calibration_records = {}
     # each instance's generations in the order they ran (run after run: baseline, then deferred), so that
     # pooled sums add up as in the run
-    calibration = sorted((path for path in summaries if path.name.startswith("calibration-")), key=_calibration_order)
-    for path in calibration:
-        config, probes, lines, summary = _recorded(path)
-        stem = split_stem(path.name.removesuffix(".summary.json"))[0]
-        group = stem.removeprefix("calibration-").removesuffix(f"-{config.name}")
-        trace = path.with_name(path.name.replace(".summary.json", ".trace.jsonl"))
-        calibration_records.setdefault(group, []).append((config, probes, lines, summary, trace))
+    for _, group, record in sorted(calibration, key=lambda item: item[0]):
+        calibration_records.setdefault(group, []).append(record)
     first = recorded[0][3]["config"]
     placement, graphs = first["placement"], first["graphs"]
     profile = check_profile(args.profile, placement, graphs)
@@ -333,12 +337,6 @@ def _name_by_configuration(traces: Path, summaries: list[Path]) -> None:
         if stem != named:
             for suffix in (".summary.json", ".trace.jsonl"):
                 (traces / f"{stem}{suffix}").rename(traces / f"{named}{suffix}")
-
-
-def _calibration_order(path: Path) -> tuple:
-    """A calibration generation's place in its run: (its run, its schedule's place in CALIBRATION_SCHEDULES)."""
-    repeat = split_stem(path.name.removesuffix(".summary.json"))[1]
-    return repeat, CALIBRATION_SCHEDULES.index(read_summary(path)["config"]["schedule"])
 
 
 def _report_stem(stem: str, config: Config) -> str:
@@ -655,7 +653,6 @@ def _meta(args, pair, graphs: bool, control, prompts) -> dict:
         "prompt_spec": args.prompts,
         "max_new_tokens": args.max_new_tokens,
         "warmup": args.warmup,
-        "repeats": checked_repeats(args.repeats, REPEATS),
         "command": args.command,
     }
 
