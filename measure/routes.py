@@ -27,8 +27,6 @@ default all, in this order):
 - `draft-layer`: the same draft step with the q/k norms, RoPE and cache write in their own kernel (`qkv off`)
   and inside the split attention (`qkv_attention`) with COMBINE_CHOICES splits merged per step of its
   combine (`qkv on, combine C`; fused_ops.COMBINE_CHUNK is the default).
-- `l2-prefetch`: the same draft step (dense head, then FlashHead) under each plan of model/l2_prefetch.py
-  (`off`, `layer`, `ahead`: which weights a layer's norms pull into L2 before the projections read them).
 - `draft-gemv`: each dense linear of the Qwen3-0.6B and Llama-3.2-1B drafts (merged q/k/v, o, merged
   gate/up, down with SwiGLU) at 1, 4 and 16 rows, through cuBLAS (F.linear; silu_mul then F.linear for
   down) and through model/dense_gemv.py at each launch of GEMV_LAUNCHES and each split that divides the
@@ -51,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from contracts.cli import OneLineParser
-from model import awq_prefill, awq_triton, dense_gemv, fused_ops, l2_prefetch
+from model import awq_prefill, dense_gemv, fused_ops
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -61,13 +59,12 @@ from model.loading import load_model
 from model.presets import PRESETS
 
 from .benchmarks import copy_bandwidth_gbs
-from .speed import CACHE_SLOTS, DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
+from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .speed_file import (
     CONTEXT,
     LONG_CONTEXT,
     PEAK_GEMM_SIZE,
     PREFILL_TOKENS,
-    draft_flashhead,
     kv_cache_bytes,
     load_draft_long,
     peak_measurement,
@@ -86,16 +83,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = (
-    "awq-dequant",
-    "awq-gemm",
-    "awq-prefill",
-    "target-attention",
-    "draft-attention",
-    "draft-layer",
-    "l2-prefetch",
-    "draft-gemv",
-)
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -281,71 +269,25 @@ def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
 
 
-def l2_prefetch_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The draft step (graphed) at both contexts, with each head, under each L2 prefetch plan with and
-    without the GEMV programs' own prefetch; then the AWQ 32B target step at CONTEXT with the int4 GEMM's
-    prefetch and early launch each off and on. The module settings are restored after."""
-    defaults = (l2_prefetch.SLICES, awq_triton.EARLY_LAUNCH)
-
-    def prefetching(plan: str, slices: bool):
-        def apply(model):
-            l2_prefetch.SLICES = slices
-            taken = l2_prefetch.attach(model, plan)
-            if taken != plan:
-                raise RuntimeError(f"the L2 prefetch plan {plan!r} does not apply on {device} (took {taken!r})")
-
-        return apply
-
-    settings = {
-        f"{plan}{', slices' if slices else ''}": prefetching(plan, slices)
-        for plan in l2_prefetch.PLANS
-        for slices in (False, True)
-    }
-    rows = draft_step_rows("l2-prefetch", settings, device, reps, bandwidth_gbs, heads=("dense", "flashhead"))
-    l2_prefetch.SLICES = defaults[0]
-    release_gpu_memory()
-    model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, CACHE_SLOTS).model
-    kv_bytes = kv_cache_bytes(model.config, CONTEXT, model.head_weight.element_size())
-    floor = floor_ms(model.body_parameters_bytes() + model.head_bytes() + kv_bytes, bandwidth_gbs)
-    vocab = model.config.vocab_size
-    steps = [(torch.randint(0, vocab, (1, 1), device=device), torch.tensor([CONTEXT], device=device))] * 3
-    for slices in (False, True):
-        for early in (False, True):
-            l2_prefetch.SLICES, awq_triton.EARLY_LAUNCH = slices, early
-            timing = time_op(Decoder(model, K=TARGET_K).target_forward, steps, device, reps=reps)
-            setting = f"awq {'slices' if slices else 'off'}{', early' if early else ''}"
-            rows.append(
-                {"route": "l2-prefetch", "setting": setting, "context": CONTEXT, **timing, "floor_ms": floor}
-            )
-    l2_prefetch.SLICES, awq_triton.EARLY_LAUNCH = defaults
-    return rows
-
-
-def draft_step_rows(
-    route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float, heads=("dense",)
-) -> list[dict]:
-    """The Qwen3-0.6B draft step (one graph replay; dense head unless `heads` names FlashHead too) at
-    contexts CONTEXT and LONG_CONTEXT under each setting (name -> a function that sets it on the model),
-    against the step's floor; the model and fused_ops are left at their defaults."""
+def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The Qwen3-0.6B draft step (dense head, one graph replay) at contexts CONTEXT and LONG_CONTEXT under
+    each setting (name -> a function that sets it on the model), against the step's floor; the model and
+    fused_ops are left at their defaults."""
     model = load_draft_long(device)
-    made = {"dense": lambda: DenseHead(model.head_weight), "flashhead": lambda: draft_flashhead(model)}
+    head = DenseHead(model.head_weight)
     defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
-    for head_name in heads:
-        head = made[head_name]()
-        for context in (CONTEXT, LONG_CONTEXT):
-            steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
-            weights = model.body_parameters_bytes() + head.bytes_per_call()
-            floor = floor_ms(
-                weights + kv_cache_bytes(model.config, context, model.head_weight.element_size()), bandwidth_gbs
-            )
-            for setting, apply in settings.items():
-                apply(model)
-                timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
-                row = {"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor}
-                rows.append(row if heads == ("dense",) else {**row, "head": head_name})
-        model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
-        l2_prefetch.attach(model)
+    for context in (CONTEXT, LONG_CONTEXT):
+        steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
+        weights = model.body_parameters_bytes() + head.bytes_per_call()
+        floor = floor_ms(
+            weights + kv_cache_bytes(model.config, context, model.head_weight.element_size()), bandwidth_gbs
+        )
+        for setting, apply in settings.items():
+            apply(model)
+            timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
+            rows.append({"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor})
+    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
     return rows
 
 
@@ -490,8 +432,6 @@ def format_row(row: dict) -> str:
         where = f"{row['draft']} {row['shape']}"
     if "rows" in row:
         where += f" x {row['rows']} rows"
-    if "head" in row:
-        where += f", {row['head']}"
     extra = f", {row['tflops']:.0f} TFLOPS" if "tflops" in row else ""
     if "gbs" in row:
         extra += f", {row['gbs']:.0f} GB/s"
@@ -534,7 +474,6 @@ def main(argv=None) -> int:
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
-            "l2-prefetch": lambda: l2_prefetch_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

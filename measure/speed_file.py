@@ -108,7 +108,7 @@ def draft_measurements(device: torch.device, reps: int, bandwidth_gbs: float) ->
     model = load_draft_long(device)
     heads = {
         "": DenseHead(model.head_weight),
-        "_flashhead": draft_flashhead(model),
+        "_flashhead": FlashHead(model.head_weight, build_clustering(model.head_weight, seed=0)),
     }
     out = {}
     for suffix, context in (("", CONTEXT), ("_long", LONG_CONTEXT)):
@@ -120,11 +120,6 @@ def draft_measurements(device: torch.device, reps: int, bandwidth_gbs: float) ->
             weights = model.body_parameters_bytes() + head.bytes_per_call()
             out[f"draft_floor{head_name}{suffix}_ms"] = floor_ms(weights + kv, bandwidth_gbs)
     return out
-
-
-def draft_flashhead(model) -> FlashHead:
-    """The draft's FlashHead the speed files time: p = c/16 over a seeded clustering of its head."""
-    return FlashHead(model.head_weight, build_clustering(model.head_weight, seed=0))
 
 
 def load_draft_long(device: torch.device):

@@ -53,9 +53,8 @@ from typing import NamedTuple
 
 import torch
 
-from model import l2_prefetch
 from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
+from model.triton_support import launching_on, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -65,11 +64,8 @@ _SPLITS = (4, 8)  # split-K at least the first, at most the second (where the st
 BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
 # Launched without programmatic dependent launch (model/triton_support.py, overlap), which the other decoder
-# kernels use: a GEMM of many waves gained nothing from starting early, and on one H200 the 32B AWQ step
-# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11). Its programs
-# now prefetch their weights before they wait (model/l2_prefetch.py), which an early start could pay for:
-# `python -m measure.routes --routes l2-prefetch` times both.
-EARLY_LAUNCH = False
+# kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
+# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11).
 
 
 class Planes(NamedTuple):
@@ -206,10 +202,8 @@ def w4a16_matmul(
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
-            PREFETCH=l2_prefetch.slices_on(x.device),
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
-            **(overlap(x.device) if EARLY_LAUNCH else {"PDL": False}),
         )
     return y
 
@@ -245,25 +239,14 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
-        the dot's layout. PREFETCH: first the program's words and groups into L2 (each one contiguous
-        range), before it waits for the previous kernel (PDL)."""
+        the dot's layout."""
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
-        if PREFETCH:
-            steps = tl.num_programs(1) * steps_per_split
-            first_word = (pid_n.to(tl.int64) * steps + pid_k * steps_per_split) * BLOCK_N * 16
-            l2_prefetch.prefetch_span(w_ptr + first_word, steps_per_split * BLOCK_N * 16 * 4, 128)
-            groups_per_split = tl.cdiv(steps_per_split * 128, GROUP)
-            first_group = pid_n.to(tl.int64) * groups * BLOCK_N + pid_k * (steps_per_split * 128 // GROUP) * BLOCK_N
-            l2_prefetch.prefetch_span(g_ptr + first_group, groups_per_split * BLOCK_N * 4, 16)
-        after_previous(PDL, False)
         SHIFTS_PER_GROUP: tl.constexpr = min(GROUP, 128) // 32
         dtype = x_ptr.dtype.element_ty
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -294,7 +277,6 @@ if triton is not None:
                 if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        launch_next(PDL)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model import fused_ops, l2_prefetch
+from model import fused_ops
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
@@ -109,7 +109,6 @@ def gemv(
             EVEN_N=N % block_n == 0,
             EVEN_K=K % block_k == 0,
             SILU=silu,
-            PREFETCH=l2_prefetch.slices_on(x.device) and K * weight.element_size() % l2_prefetch.ALIGN == 0,
             num_warps=launch["num_warps"],
             num_stages=launch["num_stages"],
             **overlap(x.device),
@@ -175,27 +174,21 @@ if triton is not None:
         EVEN_N: tl.constexpr,
         EVEN_K: tl.constexpr,
         SILU: tl.constexpr,
-        PREFETCH: tl.constexpr,
         PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): weight rows rn times x rows rm over the split's
         steps of BLOCK_K inputs, as acc [BLOCK_N, BLOCK_M] (the weight tile is the dot's left operand,
-        so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split.
-        PREFETCH: first the program's weights into L2, before it waits for the previous kernel."""
+        so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split."""
+        after_previous(PDL, False)
         rm = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
         m_in = rm < M
         n_in = rn < N
-        first = tl.program_id(1) * steps_per_split
-        if PREFETCH:  # each weight row's inputs of this split: one contiguous range a row
-            row_starts = w_ptr + rn.to(tl.int64) * K + first * BLOCK_K
-            row_bytes = steps_per_split * BLOCK_K * w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            l2_prefetch.prefetch_ranges(row_starts.to(tl.int64), tl.where(n_in, row_bytes, 0).to(tl.int32))
-        after_previous(PDL, False)
         weights = w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :]
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm + rk[:, None]  # x^T tiles [BLOCK_K, BLOCK_M]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        first = tl.program_id(1) * steps_per_split
         for step in range(first, first + steps_per_split):
             k = step * BLOCK_K
             if EVEN_N and EVEN_K:

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from model import l2_prefetch
-from model.split_k import sm_count, tickets_for
+from model.split_k import tickets_for
 from model.triton_support import after_previous, overlap, tl, triton
 from model.triton_support import launching_on as _on
 
@@ -62,34 +61,23 @@ COMBINE_CHUNK = 4
 
 
 def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    delta: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
+    x: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen3's RMSNorm of rows x [n, d], after the residual add x + delta when given.
-    Returns (x + delta (or x), its norm). `prefetch`: an (address, bytes) table of weights to pull into
-    L2 first (model/l2_prefetch.py)."""
+    Returns (x + delta (or x), its norm)."""
     n, d = x.shape
     out = torch.empty_like(x)
     h = torch.empty_like(x) if delta is not None else x
-    programs = n if prefetch is None else max(n, sm_count(x.device))  # prefetches spread over every SM
     with _on(x.device):
-        _rms_norm_kernel[(programs,)](
+        _rms_norm_kernel[(n,)](
             x,
             x if delta is None else delta,
             weight,
             h,
             out,
-            x if prefetch is None else prefetch,
-            0 if prefetch is None else prefetch.shape[0],
-            n,
             d,
             eps,
             HAS_DELTA=delta is not None,
-            PREFETCH=prefetch is not None,
-            PREFETCH_BLOCK=l2_prefetch.TABLE_BLOCK,
             BLOCK_D=triton.next_power_of_2(d),
             num_warps=8 if d > 2048 else 4,
             **overlap(x.device),
@@ -327,26 +315,13 @@ if triton is not None:
         w_ptr,
         h_ptr,
         out_ptr,
-        prefetch_ptr,
-        prefetch_count,
-        rows,
         D,
         eps,
         HAS_DELTA: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        PREFETCH_BLOCK: tl.constexpr,
         BLOCK_D: tl.constexpr,
         PDL: tl.constexpr,
     ):
-        """Program r < rows normalizes row r; with PREFETCH, every program (one an SM at least) first
-        issues its share of the prefetch table."""
-        if PREFETCH:
-            l2_prefetch.prefetch_into_l2(
-                prefetch_ptr, prefetch_count, tl.program_id(0), tl.num_programs(0), PREFETCH_BLOCK
-            )
         after_previous(PDL)
-        if tl.program_id(0) >= rows:
-            return
         row = tl.program_id(0).to(tl.int64)
         d = tl.arange(0, BLOCK_D)
         mask = d < D

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contracts import UsageError
-from model import dense_gemv, fused_ops, l2_prefetch, triton_support
+from model import dense_gemv, fused_ops, triton_support
 from model.awq import AWQLinear
 from model.config import SLIDING, Llama3RopeScaling, ModelConfig
 
@@ -264,7 +264,6 @@ class Transformer(nn.Module):
         self.attention_split_slots = fused_ops.split_slots_for(config.n_heads, config.n_kv_heads)
         self.qkv_in_attention = True  # decode widths: q/k norms, RoPE, cache write in the attention (qkv_attention)
         self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
-        self.l2_prefetch = None  # per layer, what its two norms pull into L2 (model/l2_prefetch.py, attach)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -353,7 +352,6 @@ class Transformer(nn.Module):
             mlp.gate_up_proj = _merged([mlp.gate_proj, mlp.up_proj])
             del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
         self.kernels = "fused"
-        l2_prefetch.attach(self)
 
     def checkpoint_state_dict(self) -> dict[str, torch.Tensor]:
         """The state dict under the checkpoint's (Hugging Face's) names: with fused kernels, each merged
@@ -390,10 +388,9 @@ class Transformer(nn.Module):
         qk_norms = self.config.qk_norm
         one_launch = self.qkv_in_attention and fused_ops.takes_qkv(tokens.shape[1], split_slots, tree)
         h, delta = self.embed_tokens(tokens[0]), None
-        prefetches = self.l2_prefetch or [(None, None)] * len(self.layers)
-        for layer, (at_start, before_mlp) in zip(self.layers, prefetches):
+        for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta, at_start)
+            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
             qkv = route.project(attn.qkv_proj, x)
             prepare = (
                 attn.q_norm.weight if qk_norms else None,
@@ -413,8 +410,7 @@ class Transformer(nn.Module):
                 out = fused_ops.attention(
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
-            o = route.project(attn.o_proj, out)
-            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, o, before_mlp)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
             delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
