@@ -27,9 +27,6 @@ default all, in this order):
 - `draft-layer`: the same draft step with the q/k norms, RoPE and cache write in their own kernel (`qkv off`)
   and inside the split attention (`qkv_attention`) with COMBINE_CHOICES splits merged per step of its
   combine (`qkv on, combine C`; fused_ops.COMBINE_CHUNK is the default).
-- `split-parts`: the same draft step, then the AWQ Qwen3-32B target step at CONTEXT, with o_proj's and
-  down_proj's split-K sums done by the kernel's last split (`parts off`) or handed to the next norm
-  (`parts on`: dense_gemv.Route.parts_to_norm, for the dense GEMV and the int4 GEMM alike).
 - `draft-gemv`: each dense linear of the Qwen3-0.6B and Llama-3.2-1B drafts (merged q/k/v, o, merged
   gate/up, down with SwiGLU) at 1, 4 and 16 rows, through cuBLAS (F.linear; silu_mul then F.linear for
   down) and through model/dense_gemv.py at each launch of GEMV_LAUNCHES and each split that divides the
@@ -86,16 +83,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = (
-    "awq-dequant",
-    "awq-gemm",
-    "awq-prefill",
-    "target-attention",
-    "draft-attention",
-    "draft-layer",
-    "split-parts",
-    "draft-gemv",
-)
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -281,40 +269,13 @@ def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
 
 
-def split_parts_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The draft step (dense head, graphed) at both contexts, then the AWQ 32B target step (the decoder's
-    width, graphed) at CONTEXT, with o_proj's and down_proj's split sums in the kernel (`parts off`) and
-    in the next norm (`parts on`)."""
-
-    def parts(on: bool):
-        return lambda model: setattr(model.gemv_route, "parts_to_norm", on)
-
-    settings = {"parts off": parts(False), "parts on": parts(True)}
-    rows = draft_step_rows("split-parts", settings, device, reps, bandwidth_gbs)
-    release_gpu_memory()
-    model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, LONG_CONTEXT + 200).model
-    kv_bytes = kv_cache_bytes(model.config, CONTEXT, model.head_weight.element_size())
-    floor = floor_ms(model.body_parameters_bytes() + model.head_bytes() + kv_bytes, bandwidth_gbs)
-    steps = [(torch.randint(0, model.config.vocab_size, (1, 1), device=device), torch.tensor([CONTEXT], device=device))]
-    for setting, on in (("target parts off", False), ("target parts on", True)):
-        model.gemv_route = dense_gemv.Route(parts_to_norm=on)
-        timing = time_op(Decoder(model, K=TARGET_K).target_forward, steps * 3, device, reps=reps)
-        rows.append({"route": "split-parts", "setting": setting, "context": CONTEXT, **timing, "floor_ms": floor})
-    return rows
-
-
 def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The Qwen3-0.6B draft step (dense head, one graph replay) at contexts CONTEXT and LONG_CONTEXT under
     each setting (name -> a function that sets it on the model), against the step's floor; the model and
     fused_ops are left at their defaults."""
     model = load_draft_long(device)
     head = DenseHead(model.head_weight)
-    defaults = (
-        model.attention_split_slots,
-        model.qkv_in_attention,
-        fused_ops.COMBINE_CHUNK,
-        model.gemv_route.parts_to_norm,
-    )
+    defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
@@ -326,9 +287,7 @@ def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int,
             apply(model)
             timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
             rows.append({"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor})
-    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK, model.gemv_route.parts_to_norm = (
-        defaults
-    )
+    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
     return rows
 
 
@@ -515,7 +474,6 @@ def main(argv=None) -> int:
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
-            "split-parts": lambda: split_parts_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

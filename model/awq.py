@@ -103,19 +103,6 @@ class AWQLinear(nn.Module):
             self.select_kernel(dtype=x.dtype)
         return self._run(x)
 
-    def forward_parts(self, x: torch.Tensor) -> torch.Tensor:
-        """For rows x [n, in]: the triton kernel's split-K sums unsummed, float32 [splits, n, out], which
-        fused_ops.rms_norm sums into the same bits as forward(x) (model/dense_gemv.py, Route); forward(x)
-        itself where that kernel does not run this call in x's dtype, or where a hook (tensor
-        parallelism's all-reduce) takes the output."""
-        if self._run is None:
-            self.select_kernel(dtype=x.dtype)
-        parts = getattr(self._run, "parts", None)
-        prefill = self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features
-        if parts is None or prefill or x.dim() != 2 or x.dtype != self._run.dtype or self._forward_hooks:
-            return self(x)
-        return parts(x if x.is_contiguous() else x.contiguous())
-
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_float(cls, linear: nn.Linear, group_size: int) -> AWQLinear:
@@ -254,10 +241,6 @@ class AWQLinear(nn.Module):
             y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
-        def parts(x):
-            return awq_triton.w4a16_matmul(x, planes, parts=True)
-
-        run.parts, run.dtype = parts, dtype
         return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):

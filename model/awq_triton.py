@@ -151,14 +151,12 @@ def w4a16_matmul(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
-    parts: bool = False,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
-    them so a split-K call needs no memset; without enough, the call makes its own. `parts`: the splits'
-    float32 sums [splits, M, N] unsummed instead, for fused_ops.rms_norm to sum (model/dense_gemv.py, Route)."""
+    them so a split-K call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -172,14 +170,14 @@ def w4a16_matmul(
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
 
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    partials = y if splits == 1 and not parts else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
     if M == 0:
-        return partials if parts else y
+        return y
     if x.stride(1) != 1:
         x = x.contiguous()
     rows_per_program = block_m(M)
     grid = (tiles, splits, triton.cdiv(M, rows_per_program))
-    if splits == 1 or parts:
+    partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
+    if splits == 1:
         tickets = y  # unused
     else:
         tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
@@ -204,11 +202,10 @@ def w4a16_matmul(
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
-            REDUCE=not parts,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
         )
-    return partials if parts else y
+    return y
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
@@ -242,7 +239,6 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
-        REDUCE: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split. MAGIC: OFFSET's
@@ -281,7 +277,7 @@ if triton is not None:
                 if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, REDUCE)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
     def _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from model import fused_ops
-from model.awq import AWQLinear
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
@@ -66,14 +65,11 @@ def gemv(
     silu: bool = False,
     launch: dict | None = None,
     tickets: torch.Tensor | None = None,
-    parts: bool = False,
 ) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T -> y [M, N] in x's dtype (with `silu`, x is [M, 2K]: gate, then up,
     and the product is silu(gate) * up @ weight^T). `launch` (default launch_for(K, N)): BLOCK_N,
     BLOCK_K, splits (dividing the BLOCK_K steps; None: default_splits), num_warps, num_stages. tickets:
-    int32 zeros, one per column block and 16 rows, left zero (a model keeps them so split-K needs no memset).
-    `parts`: return the splits' float32 sums [splits, M, N] unsummed instead (fused_ops.rms_norm sums
-    them in split order, as the kernel would, and rounds: the same bits as y)."""
+    int32 zeros, one per column block and 16 rows, left zero (a model keeps them so split-K needs no memset)."""
     M = x.shape[0]
     N, K = weight.shape
     if x.dim() != 2 or x.shape[1] != (2 * K if silu else K):
@@ -87,13 +83,13 @@ def gemv(
     if steps % splits:
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {block_k} inputs")
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    partials = y if splits == 1 and not parts else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
     if M == 0:
-        return partials if parts else y
+        return y
     x = x if x.stride(1) == 1 else x.contiguous()
     weight = weight if weight.is_contiguous() else weight.contiguous()
     grid = (tiles, splits, triton.cdiv(M, BLOCK_M))
-    tickets = y if splits == 1 or parts else tickets_for(tickets, grid[0] * grid[2], x.device)
+    partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
+    tickets = y if splits == 1 else tickets_for(tickets, grid[0] * grid[2], x.device)
     with launching_on(x.device):
         _gemv_kernel[grid](
             x,
@@ -113,41 +109,32 @@ def gemv(
             EVEN_N=N % block_n == 0,
             EVEN_K=K % block_k == 0,
             SILU=silu,
-            REDUCE=not parts,
             num_warps=launch["num_warps"],
             num_stages=launch["num_stages"],
             **overlap(x.device),
         )
-    return partials if parts else y
+    return y
 
 
 class Route:
     """Which projections of a dense model's fused forward run `gemv`: those of at most `rows` rows
-    (None: none, every projection is F.linear). One ticket buffer serves every layer in turn.
-    `parts_to_norm`: a projection whose output only feeds the residual add of the next norm (o_proj,
-    down_proj) hands that norm its splits' sums (`gemv`'s parts): the kernel's last split no longer waits
-    on a ticket and sums them at the tail of the kernel; the norm, which reads the output anyway, does."""
+    (None: none, every projection is F.linear). One ticket buffer serves every layer in turn."""
 
-    def __init__(self, rows: int | None = None, tickets: torch.Tensor | None = None, parts_to_norm: bool = True):
-        self.rows, self.tickets, self.parts_to_norm = rows, tickets, parts_to_norm
+    def __init__(self, rows: int | None = None, tickets: torch.Tensor | None = None):
+        self.rows, self.tickets = rows, tickets
 
     def _takes(self, layer: nn.Module, x: torch.Tensor) -> bool:
         return self.rows is not None and x.shape[0] <= self.rows and type(layer) is nn.Linear and layer.bias is None
 
-    def project(self, layer: nn.Module, x: torch.Tensor, into_norm: bool = False) -> torch.Tensor:
-        """layer(x) for rows x [n, in]; `into_norm`: the output is a norm's residual delta (may be parts,
-        from the int4 kernel too)."""
-        parts = into_norm and self.parts_to_norm
-        if self._takes(layer, x):
-            return gemv(x, layer.weight, tickets=self.tickets, parts=parts)
-        return layer.forward_parts(x) if parts and isinstance(layer, AWQLinear) else layer(x)
+    def project(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """layer(x) for rows x [n, in]."""
+        return gemv(x, layer.weight, tickets=self.tickets) if self._takes(layer, x) else layer(x)
 
-    def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor, into_norm: bool = False) -> torch.Tensor:
+    def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
         """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed."""
-        parts = into_norm and self.parts_to_norm
         if self._takes(layer, gate_up):
-            return gemv(gate_up, layer.weight, silu=True, tickets=self.tickets, parts=parts)
-        return self.project(layer, fused_ops.silu_mul(gate_up), into_norm)
+            return gemv(gate_up, layer.weight, silu=True, tickets=self.tickets)
+        return layer(fused_ops.silu_mul(gate_up))
 
 
 OFF = Route()
@@ -187,7 +174,6 @@ if triton is not None:
         EVEN_N: tl.constexpr,
         EVEN_K: tl.constexpr,
         SILU: tl.constexpr,
-        REDUCE: tl.constexpr,
         PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): weight rows rn times x rows rm over the split's
@@ -219,4 +205,4 @@ if triton is not None:
                 x = tl.load(x_cols + k, mask=x_mask, other=0.0)
             acc = tl.dot(w, x, acc, input_precision="ieee")
         launch_next(PDL)
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, REDUCE)
+        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)

@@ -64,13 +64,10 @@ def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen3's RMSNorm of rows x [n, d], after the residual add x + delta when given.
-    Returns (x + delta (or x), its norm). delta may be a projection's split-K parts, float32
-    [splits, n, d] (model/dense_gemv.py): they are summed in split order and rounded to x's dtype, as the
-    projection's own last split would have."""
+    Returns (x + delta (or x), its norm)."""
     n, d = x.shape
     out = torch.empty_like(x)
     h = torch.empty_like(x) if delta is not None else x
-    splits = 0 if delta is None or delta.dim() == 2 else delta.shape[0]  # 0: delta in x's dtype
     with _on(x.device):
         _rms_norm_kernel[(n,)](
             x,
@@ -78,11 +75,9 @@ def rms_norm(
             weight,
             h,
             out,
-            n,
             d,
             eps,
             HAS_DELTA=delta is not None,
-            DELTA_SPLITS=splits,
             BLOCK_D=triton.next_power_of_2(d),
             num_warps=8 if d > 2048 else 4,
             **overlap(x.device),
@@ -320,11 +315,9 @@ if triton is not None:
         w_ptr,
         h_ptr,
         out_ptr,
-        rows,
         D,
         eps,
         HAS_DELTA: tl.constexpr,
-        DELTA_SPLITS: tl.constexpr,
         BLOCK_D: tl.constexpr,
         PDL: tl.constexpr,
     ):
@@ -334,14 +327,7 @@ if triton is not None:
         mask = d < D
         x = tl.load(x_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32)
         if HAS_DELTA:
-            if DELTA_SPLITS == 0:
-                delta = tl.load(delta_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32)
-            else:  # as split_k.store_split sums them
-                delta = tl.load(delta_ptr + row * D + d, mask=mask, other=0.0)
-                for split in tl.static_range(1, DELTA_SPLITS):
-                    delta += tl.load(delta_ptr + (split * rows + row) * D + d, mask=mask, other=0.0)
-                delta = _rounded(delta, h_ptr)
-            x = _rounded(x + delta, h_ptr)
+            x = _rounded(x + tl.load(delta_ptr + row * D + d, mask=mask, other=0.0).to(tl.float32), h_ptr)
             tl.store(h_ptr + row * D + d, x.to(h_ptr.dtype.element_ty), mask=mask)
         normed = _rounded(x * tl.rsqrt(tl.sum(x * x, axis=0) / D + eps), out_ptr)
         w = tl.load(w_ptr + d, mask=mask, other=0.0).to(tl.float32)

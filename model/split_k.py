@@ -45,16 +45,13 @@ def tickets_for(tickets: torch.Tensor | None, count: int, device: torch.device) 
 if triton is not None:
 
     @triton.jit
-    def store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr, REDUCE: tl.constexpr = True):
+    def store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr):
         """Program (column block, split, row block)'s float32 tile acc [columns rn, rows rm] of y [M, N]:
         written to y with one split; else to part[split], and the tile's last split to arrive sums the
-        parts in split order into y and resets the tile's ticket. Without REDUCE, every split (one
-        included) only writes its part, and the consumer sums them (fused_ops.rms_norm)."""
+        parts in split order into y and resets the tile's ticket."""
         tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
         inside = (rm < M)[None, :] & (rn < N)[:, None]
-        if not REDUCE:
-            tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
-        elif SPLITS == 1:
+        if SPLITS == 1:
             tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
         else:
             tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)

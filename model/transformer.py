@@ -410,9 +410,8 @@ class Transformer(nn.Module):
                 out = fused_ops.attention(
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
-            o = route.project(attn.o_proj, out, into_norm=True)
-            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, o)
-            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x), into_norm=True)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

@@ -76,38 +76,6 @@ def test_a_row_depends_only_on_its_own_input_bitwise_and_split_k_leaves_tickets_
     assert (two - full).abs().max() <= TOL * full.abs().max()
 
 
-@pytest.mark.parametrize("silu", [False, True])
-def test_split_parts_summed_by_the_norm_are_the_reduced_gemv_bit_for_bit(silu):
-    x, weight = _operands(5, 256, 96, seed=5, silu=silu)
-    residual = torch.randn(5, 96, generator=torch.Generator().manual_seed(6)).to(DEVICE)
-    norm_weight = torch.rand(96, generator=torch.Generator().manual_seed(7)).to(DEVICE)
-    for splits in (1, 2, 4):
-        launch = {**SMALL, "splits": splits}
-        parts = dense_gemv.gemv(x, weight, silu=silu, launch=launch, parts=True)
-        assert parts.shape == (splits, 5, 96) and parts.dtype == torch.float32
-        reduced = dense_gemv.gemv(x, weight, silu=silu, launch=launch)
-        want = fused_ops.rms_norm(residual, norm_weight, 1e-6, reduced)
-        got = fused_ops.rms_norm(residual, norm_weight, 1e-6, parts)
-        assert all(torch.equal(a, b) for a, b in zip(got, want))
-    # control: parts of another split count sum in another order, so these bits may move (within rounding)
-    assert (parts.sum(0) - reduced).abs().max() <= TOL * reduced.abs().max()
-
-
-def test_the_forward_with_parts_to_the_norm_is_the_forward_without_them_bit_for_bit(monkeypatch):
-    model = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=40, kernels="fused").model
-    dense_gemv.attach(model, 16)
-    # 16-input steps: o_proj's and down_proj's inputs (32, 64) split in 2
-    monkeypatch.setattr(dense_gemv, "DEFAULT_LAUNCH", {**SMALL, "BLOCK_N": 16, "BLOCK_K": 16, "splits": 2})
-    step = (torch.tensor([[5, 9, 77]], device=DEVICE), torch.arange(4, 7, device=DEVICE))
-    calls = []
-    kernel = dense_gemv.gemv
-    monkeypatch.setattr(dense_gemv, "gemv", lambda *args, **kw: calls.append(kw.get("parts")) or kernel(*args, **kw))
-    on = model.forward_hidden(*step)
-    assert calls == [False, True, False, True] * model.config.n_layers  # qkv, o, gate/up, down
-    model.gemv_route.parts_to_norm = False
-    assert torch.equal(on, model.forward_hidden(*step))
-
-
 def test_gemv_refuses_what_it_cannot_run():
     x, weight = _operands(2, 256, 64)
     with pytest.raises(ValueError, match="splits 3"):

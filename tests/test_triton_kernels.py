@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import awq_triton, dense_gemv, flashhead_triton, fused_ops, triton_support
+from model import awq_triton, flashhead_triton, fused_ops, triton_support
 from model.awq import AWQLinear, KernelUnavailable, unpack_int4
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -205,38 +205,6 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
         awq_triton.pack_planes(
             torch.zeros(64, 8, dtype=torch.int32), torch.zeros(4, 8, dtype=torch.int32), torch.ones(4, 8), 16
         )  # groups of 16 would split a pair of planes
-
-
-def test_awq_split_parts_summed_by_the_norm_are_the_reduced_matmul_bit_for_bit():
-    layer = _awq_layer(512, 64, 64)
-    planes = _planes(layer, 32)
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(5, 512, generator=g).to(DEVICE)
-    residual, norm_weight = torch.randn(5, 64, generator=g).to(DEVICE), torch.rand(64, generator=g).to(DEVICE)
-    for splits in (1, 2, 4):
-        parts = awq_triton.w4a16_matmul(x, planes, splits=splits, parts=True)
-        assert parts.shape == (splits, 5, 64) and parts.dtype == torch.float32
-        want = fused_ops.rms_norm(residual, norm_weight, 1e-6, awq_triton.w4a16_matmul(x, planes, splits=splits))
-        got = fused_ops.rms_norm(residual, norm_weight, 1e-6, parts)
-        assert all(torch.equal(a, b) for a, b in zip(got, want))
-
-
-def test_int4_model_hands_its_norms_the_parts_and_keeps_its_bits():
-    model = load_model("tiny-qwen3-awq", DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="fused").model
-    for module in model.modules():
-        if isinstance(module, AWQLinear):
-            module.select_kernel("triton", torch.float32)
-    step = (torch.tensor([[5, 9, 200]], device=DEVICE), torch.arange(17, 20, device=DEVICE))
-    calls = []
-    matmul = awq_triton.w4a16_matmul
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            awq_triton, "w4a16_matmul", lambda *args, **kw: calls.append(kw.get("parts", False)) or matmul(*args, **kw)
-        )
-        on = model.forward_hidden(*step)
-    assert calls == [False, True, False, True] * model.config.n_layers  # qkv, o, gate/up, down
-    model.gemv_route = dense_gemv.Route(parts_to_norm=False)
-    assert torch.equal(on, model.forward_hidden(*step))
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
