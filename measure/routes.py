@@ -27,8 +27,6 @@ default all, in this order):
 - `draft-layer`: the same draft step with the q/k norms, RoPE and cache write in their own kernel (`qkv off`)
   and inside the split attention (`qkv_attention`) with COMBINE_CHOICES splits merged per step of its
   combine (`qkv on, combine C`; fused_ops.COMBINE_CHUNK is the default).
-- `draft-norm`: the same draft step with its norms before q/k/v and gate/up in their own kernels (`norm
-  apart`) and inside those projections' GEMV (`norm in gemv`: dense_gemv.norm_gemv, the default).
 - `draft-gemv`: each dense linear of the Qwen3-0.6B and Llama-3.2-1B drafts (merged q/k/v, o, merged
   gate/up, down with SwiGLU) at 1, 4 and 16 rows, through cuBLAS (F.linear; silu_mul then F.linear for
   down) and through model/dense_gemv.py at each launch of GEMV_LAUNCHES and each split that divides the
@@ -85,16 +83,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = (
-    "awq-dequant",
-    "awq-gemm",
-    "awq-prefill",
-    "target-attention",
-    "draft-attention",
-    "draft-layer",
-    "draft-norm",
-    "draft-gemv",
-)
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -280,24 +269,13 @@ def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
 
 
-def draft_norm_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The draft step (dense head, graphed) at both contexts with the norms apart and inside the GEMV."""
-
-    def norm_in_gemv(on: bool):
-        return lambda model: setattr(model.gemv_route, "norm_in_gemv", on)
-
-    settings = {"norm apart": norm_in_gemv(False), "norm in gemv": norm_in_gemv(True)}
-    return draft_step_rows("draft-norm", settings, device, reps, bandwidth_gbs)
-
-
 def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The Qwen3-0.6B draft step (dense head, one graph replay) at contexts CONTEXT and LONG_CONTEXT under
     each setting (name -> a function that sets it on the model), against the step's floor; the model and
     fused_ops are left at their defaults."""
     model = load_draft_long(device)
     head = DenseHead(model.head_weight)
-    gemv_route = model.gemv_route
-    defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK, gemv_route.norm_in_gemv)
+    defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         steps = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
@@ -309,7 +287,7 @@ def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int,
             apply(model)
             timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
             rows.append({"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor})
-    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK, gemv_route.norm_in_gemv = defaults
+    model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
     return rows
 
 
@@ -496,7 +474,6 @@ def main(argv=None) -> int:
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
-            "draft-norm": lambda: draft_norm_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

@@ -70,41 +70,13 @@ def gemv(
     and the product is silu(gate) * up @ weight^T). `launch` (default launch_for(K, N)): BLOCK_N,
     BLOCK_K, splits (dividing the BLOCK_K steps; None: default_splits), num_warps, num_stages. tickets:
     int32 zeros, one per column block and 16 rows, left zero (a model keeps them so split-K needs no memset)."""
-    if x.dim() != 2 or x.shape[1] != (2 * weight.shape[1] if silu else weight.shape[1]):
-        gate_up = " (gate and up)" if silu else ""
-        raise ValueError(f"x {tuple(x.shape)} does not fit a weight of {weight.shape[1]} inputs{gate_up}")
-    return _launch(x, weight, launch or launch_for(weight.shape[1], weight.shape[0]), tickets, silu=silu)
-
-
-def norm_gemv(
-    h: torch.Tensor,
-    delta: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    launch: dict | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual add and RMSNorm of fused_ops.rms_norm and the projection after it, in one launch:
-    (h + delta, norm(h + delta) @ weight^T) for rows h [M, K] (delta None: h itself). Each program
-    normalizes the rows it multiplies as it streams its weights, so no launch sits between the two: it
-    multiplies (h + delta) * norm_weight, rounded to the dtype, and scales its float32 sums by each row's
-    1 / rms at the end. That is norm then projection to rounding, not bit for bit (the norm kernel rounds
-    the normalized row first): a draft's choice, which exactness does not see. The launch is
-    launch_for's with one split, since a program needs every input of its rows for their rms."""
-    if h.dim() != 2 or h.shape[1] != weight.shape[1] or (delta is not None and delta.shape != h.shape):
-        raise ValueError(f"h {tuple(h.shape)} and delta do not fit a weight of {weight.shape[1]} inputs")
-    launch = {**(launch or launch_for(weight.shape[1], weight.shape[0])), "splits": 1}
-    added = torch.empty_like(h)
-    y = _launch(h, weight, launch, None, norm=(delta, norm_weight, eps, added))
-    return (h if delta is None else added), y
-
-
-def _launch(x, weight, launch: dict, tickets, silu: bool = False, norm: tuple | None = None) -> torch.Tensor:
-    """One `_gemv_kernel` launch; norm: (delta or None, norm weight, eps, the tensor h + delta goes to)."""
     M = x.shape[0]
     N, K = weight.shape
+    if x.dim() != 2 or x.shape[1] != (2 * K if silu else K):
+        raise ValueError(f"x {tuple(x.shape)} does not fit a weight of {K} inputs{' (gate and up)' if silu else ''}")
     if x.dtype != weight.dtype or x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"x of {x.dtype} and weight of {weight.dtype}: one of bfloat16, float16, float32")
+    launch = launch or launch_for(K, N)
     block_n, block_k = launch["BLOCK_N"], launch["BLOCK_K"]
     tiles, steps = triton.cdiv(N, block_n), triton.cdiv(K, block_k)
     splits = launch["splits"] or default_splits(tiles, steps, x.device)
@@ -115,7 +87,6 @@ def _launch(x, weight, launch: dict, tickets, silu: bool = False, norm: tuple | 
         return y
     x = x if x.stride(1) == 1 else x.contiguous()
     weight = weight if weight.is_contiguous() else weight.contiguous()
-    delta, norm_weight, eps, added = norm or (None, x, 0.0, x)
     grid = (tiles, splits, triton.cdiv(M, BLOCK_M))
     partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
     tickets = y if splits == 1 else tickets_for(tickets, grid[0] * grid[2], x.device)
@@ -126,15 +97,11 @@ def _launch(x, weight, launch: dict, tickets, silu: bool = False, norm: tuple | 
             partials,
             y,
             tickets,
-            x if delta is None else delta.contiguous(),
-            norm_weight,
-            added,
             M,
             N,
             K,
             x.stride(0),
             steps // splits,
-            eps,
             BLOCK_M=BLOCK_M,
             BLOCK_N=block_n,
             BLOCK_K=block_k,
@@ -142,8 +109,6 @@ def _launch(x, weight, launch: dict, tickets, silu: bool = False, norm: tuple | 
             EVEN_N=N % block_n == 0,
             EVEN_K=K % block_k == 0,
             SILU=silu,
-            NORM=norm is not None,
-            HAS_DELTA=delta is not None,
             num_warps=launch["num_warps"],
             num_stages=launch["num_stages"],
             **overlap(x.device),
@@ -153,11 +118,10 @@ def _launch(x, weight, launch: dict, tickets, silu: bool = False, norm: tuple | 
 
 class Route:
     """Which projections of a dense model's fused forward run `gemv`: those of at most `rows` rows
-    (None: none, every projection is F.linear). One ticket buffer serves every layer in turn.
-    `norm_in_gemv`: the norms before q/k/v and gate/up run inside those projections (`norm_gemv`)."""
+    (None: none, every projection is F.linear). One ticket buffer serves every layer in turn."""
 
-    def __init__(self, rows: int | None = None, tickets: torch.Tensor | None = None, norm_in_gemv: bool = True):
-        self.rows, self.tickets, self.norm_in_gemv = rows, tickets, norm_in_gemv
+    def __init__(self, rows: int | None = None, tickets: torch.Tensor | None = None):
+        self.rows, self.tickets = rows, tickets
 
     def _takes(self, layer: nn.Module, x: torch.Tensor) -> bool:
         return self.rows is not None and x.shape[0] <= self.rows and type(layer) is nn.Linear and layer.bias is None
@@ -165,16 +129,6 @@ class Route:
     def project(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """layer(x) for rows x [n, in]."""
         return gemv(x, layer.weight, tickets=self.tickets) if self._takes(layer, x) else layer(x)
-
-    def norm_project(
-        self, layer: nn.Module, h, delta, norm: nn.Module, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(h + delta, layer(norm(h + delta))) for rows h [n, in] (delta None: h), in one launch
-        (`norm_gemv`) where the route takes the layer and `norm_in_gemv` is on."""
-        if self.norm_in_gemv and self._takes(layer, h):
-            return norm_gemv(h, delta, norm.weight, eps, layer.weight)
-        h, x = fused_ops.rms_norm(h, norm.weight, eps, delta)
-        return h, self.project(layer, x)
 
     def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
         """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed."""
@@ -208,15 +162,11 @@ if triton is not None:
         part_ptr,
         y_ptr,
         ticket_ptr,
-        delta_ptr,
-        norm_w_ptr,
-        added_ptr,
         M,
         N,
         K,
         stride_xm,
         steps_per_split,
-        eps,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -224,17 +174,11 @@ if triton is not None:
         EVEN_N: tl.constexpr,
         EVEN_K: tl.constexpr,
         SILU: tl.constexpr,
-        NORM: tl.constexpr,
-        HAS_DELTA: tl.constexpr,
         PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): weight rows rn times x rows rm over the split's
         steps of BLOCK_K inputs, as acc [BLOCK_N, BLOCK_M] (the weight tile is the dot's left operand,
-        so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split.
-        NORM (one split): x is the residual h, plus delta (HAS_DELTA) rounded; the operand is that times
-        the norm weight, and acc is scaled by each row's 1 / rms at the end (`norm_gemv`). The column
-        block 0 programs then store h + delta to `added`, in a loop of their own: a store inside the
-        weights' loop kept it from being pipelined."""
+        so a tile of 64 or 128 columns fills the tensor cores' wide side), stored by split_k.store_split."""
         after_previous(PDL, False)
         rm = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -244,10 +188,6 @@ if triton is not None:
         weights = w_ptr + rn.to(tl.int64)[:, None] * K + rk[None, :]
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm + rk[:, None]  # x^T tiles [BLOCK_K, BLOCK_M]
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        if NORM:
-            delta_cols = delta_ptr + rm.to(tl.int64)[None, :] * K + rk[:, None]
-            added_cols = added_ptr + rm.to(tl.int64)[None, :] * K + rk[:, None]
-            squares = tl.zeros([BLOCK_K, BLOCK_M], dtype=tl.float32)
         first = tl.program_id(1) * steps_per_split
         for step in range(first, first + steps_per_split):
             k = step * BLOCK_K
@@ -261,24 +201,8 @@ if triton is not None:
                 up = tl.load(x_cols + K + k, mask=x_mask, other=0.0).to(tl.float32)
                 act = (gate / (1.0 + tl.exp(-gate))).to(w_ptr.dtype.element_ty).to(tl.float32)
                 x = (act * up).to(w_ptr.dtype.element_ty)
-            elif NORM:  # as fused_ops._rms_norm_kernel's residual add, then times the norm weight
-                h = tl.load(x_cols + k, mask=x_mask, other=0.0).to(tl.float32)
-                if HAS_DELTA:
-                    h += tl.load(delta_cols + k, mask=x_mask, other=0.0).to(tl.float32)
-                    h = h.to(w_ptr.dtype.element_ty).to(tl.float32)
-                squares += h * h
-                scale = tl.load(norm_w_ptr + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
-                x = (h * scale[:, None]).to(w_ptr.dtype.element_ty)
             else:
                 x = tl.load(x_cols + k, mask=x_mask, other=0.0)
             acc = tl.dot(w, x, acc, input_precision="ieee")
-        if NORM:
-            acc = acc * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)[None, :]
-            if HAS_DELTA and tl.program_id(0) == 0:  # h + delta, once, outside the pipelined loop
-                for k in range(0, K, BLOCK_K):
-                    x_mask = m_in[None, :] & (k + rk < K)[:, None]
-                    h = tl.load(x_cols + k, mask=x_mask, other=0.0).to(tl.float32)
-                    h += tl.load(delta_cols + k, mask=x_mask, other=0.0).to(tl.float32)
-                    tl.store(added_cols + k, h.to(w_ptr.dtype.element_ty), mask=x_mask)
         launch_next(PDL)
         store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)

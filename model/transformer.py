@@ -390,7 +390,8 @@ class Transformer(nn.Module):
         h, delta = self.embed_tokens(tokens[0]), None
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            h, qkv = route.norm_project(attn.qkv_proj, h, delta, layer.input_layernorm, eps)
+            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
+            qkv = route.project(attn.qkv_proj, x)
             prepare = (
                 attn.q_norm.weight if qk_norms else None,
                 attn.k_norm.weight if qk_norms else None,
@@ -409,9 +410,8 @@ class Transformer(nn.Module):
                 out = fused_ops.attention(
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
-            o = route.project(attn.o_proj, out)
-            h, gate_up = route.norm_project(mlp.gate_up_proj, h, o, layer.post_attention_layernorm, eps)
-            delta = route.project_swiglu(mlp.down_proj, gate_up)
+            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
+            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

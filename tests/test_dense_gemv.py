@@ -76,31 +76,6 @@ def test_a_row_depends_only_on_its_own_input_bitwise_and_split_k_leaves_tickets_
     assert (two - full).abs().max() <= TOL * full.abs().max()
 
 
-def test_norm_in_the_gemv_is_the_norm_then_the_gemv_to_rounding_and_its_residual_bit_for_bit():
-    g = torch.Generator().manual_seed(8)
-    norm_weight = (1 + torch.rand(200, generator=g)).to(DEVICE)
-    weight = (torch.randn(72, 200, generator=g) / 200**0.5).to(DEVICE)
-    for rows in (1, 5, 16, 17):
-        h, delta = (torch.randn(rows, 200, generator=g).to(DEVICE) for _ in range(2))
-        want_h, normed = fused_ops.rms_norm(h, norm_weight, 1e-6, delta)
-        want = dense_gemv.gemv(normed, weight, launch={**SMALL, "splits": 1})
-        got_h, got = dense_gemv.norm_gemv(h, delta, norm_weight, 1e-6, weight, launch=SMALL)
-        assert torch.equal(got_h, want_h)
-        assert got.shape == want.shape and (got - want).abs().max() <= TOL * want.abs().max()
-        # control: the norm left out is far off
-        assert (
-            dense_gemv.gemv(want_h, weight, launch={**SMALL, "splits": 1}) - want
-        ).abs().max() > 0.1 * want.abs().max()
-    same_h, first = dense_gemv.norm_gemv(h, None, norm_weight, 1e-6, weight, launch=SMALL)
-    assert same_h is h
-    assert (first - dense_gemv.gemv(fused_ops.rms_norm(h, norm_weight, 1e-6)[1], weight)).abs().max() <= TOL * 10
-    other = torch.randn(17, 200, generator=g).to(DEVICE)
-    other[3] = h[3]
-    assert torch.equal(first[3], dense_gemv.norm_gemv(other, None, norm_weight, 1e-6, weight, launch=SMALL)[1][3])
-    with pytest.raises(ValueError, match="do not fit"):
-        dense_gemv.norm_gemv(h[:, :100], None, norm_weight, 1e-6, weight)
-
-
 def test_gemv_refuses_what_it_cannot_run():
     x, weight = _operands(2, 256, 64)
     with pytest.raises(ValueError, match="splits 3"):
@@ -120,29 +95,15 @@ def test_route_sends_few_rows_to_the_kernel_and_the_prompt_to_f_linear(monkeypat
     step = (prompt[:, :3], torch.arange(17, 20, device=DEVICE))
     off = [model.forward_hidden(prompt, pos), model.forward_hidden(*step)]
     calls = []
-
-    def counting(name, kernel):
-        def counted(x, *args, **kw):
-            calls.append((name, x.shape[0]))
-            return kernel(x, *args, **kw)
-
-        return counted
-
-    for name in ("gemv", "norm_gemv"):
-        monkeypatch.setattr(dense_gemv, name, counting(name, getattr(dense_gemv, name)))
+    kernel = dense_gemv.gemv
+    monkeypatch.setattr(dense_gemv, "gemv", lambda x, *args, **kw: calls.append(x.shape[0]) or kernel(x, *args, **kw))
     dense_gemv.attach(model, 16)
     assert model.gemv_route.rows == 16
     on = model.forward_hidden(prompt, pos)
     assert calls == [] and torch.equal(on, off[0])  # 17 rows: F.linear, the same bits
     on = model.forward_hidden(*step)
-    # per layer: the norm and qkv, o, the norm and gate/up, down (SwiGLU fused)
-    assert calls == [("norm_gemv", 3), ("gemv", 3)] * 2 * model.config.n_layers
+    assert calls == [3] * 4 * model.config.n_layers  # qkv, o, gate/up, down (SwiGLU fused) per layer
     assert (on - off[1]).abs().max() <= 100 * TOL * off[1].abs().max()
-    calls.clear()
-    model.gemv_route.norm_in_gemv = False
-    unfused = model.forward_hidden(*step)
-    assert calls == [("gemv", 3)] * 4 * model.config.n_layers
-    assert (unfused - on).abs().max() <= 100 * TOL * off[1].abs().max()
     dense_gemv.attach(model, None)
     assert model.gemv_route is dense_gemv.OFF
     with pytest.raises(ValueError, match="rows 17"):
