@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, head_speed, routes, speed, speed_file, verify_speed
+from measure import awq_sweep, head_speed, routes, speed, speed_file, step_kernels, verify_speed
 from measure.timing import check_out, environment_header, floor_ms, require_cuda
 from model import flashhead_triton
 from model.flashhead import build_clustering
@@ -30,6 +30,7 @@ COMMANDS = [
     (speed_file, "python -m measure.speed_file", ["draft_step_ms", "floor", "prefill_tflops", "Hugging Face"]),
     (verify_speed, "python -m measure.verify_speed", ["sampling verify", "greedy settle", "floor", "launch"]),
     (routes, "python -m measure.routes", ["awq-gemm", "awq-prefill", "draft-attention", "--routes"]),
+    (step_kernels, "python -m measure.step_kernels", ["kernel by kernel", "span", "busy", "SPECLOOP_OVERLAP=0"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 
@@ -329,3 +330,22 @@ def test_verify_speed_row_line_shows_microseconds_and_the_floor_ratio():
     assert "eager" in verify_speed.format_row(
         {**row, "graphs": False, "floor_ms": None, "median_ms": 0.01, "p10_ms": 0.01, "p90_ms": 0.01}
     )
+
+
+def test_step_kernels_breaks_each_step_down_by_kernel_name_over_the_replays():
+    long_name = "nvjet_sm90_" + "x" * 80
+    replays = [
+        [("norm", 0.0, 2.0), ("gemv", 1.5, 6.5), ("gemv", 7.0, 11.0), (long_name, 11.5, 20.0)],
+        [("norm", 100.0, 103.0), ("gemv", 103.0, 107.0), ("gemv", 108.0, 110.0), (long_name, 110.0, 118.0)],
+        [("norm", 200.0, 202.0), ("gemv", 202.5, 205.5), ("gemv", 206.0, 212.0), (long_name, 212.0, 230.0)],
+    ]
+    step, rows = step_kernels.step_breakdown(replays)
+    assert step == {"span_us": 20.0, "busy_us": 19.5, "kernels": 4}  # spans 20, 18, 30; busy 19.5, 17, 29
+    assert [row["kernel"] for row in rows] == ["gemv", long_name[: step_kernels.NAME_WIDTH], "norm"]  # by total
+    gemv, head, norm = rows
+    assert head["calls"] == 1 and head["median_us"] == 8.5 and head["total_us"] == 8.5
+    assert gemv["calls"] == 2 and gemv["median_us"] == 4.0 and gemv["total_us"] == 9.0  # totals 9, 6, 9
+    assert norm == {"kernel": "norm", "calls": 1, "median_us": 2.0, "total_us": 2.0}
+    text = step_kernels.format_step({"step": "draft", "context": 300, **step}, rows, top=2)
+    assert text.splitlines()[0] == "draft, context 300: 4 kernels, span 20.0 us, busy 19.5 us"
+    assert len(text.splitlines()) == 3 and "gemv" in text.splitlines()[1]
