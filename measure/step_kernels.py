@@ -89,19 +89,28 @@ def step_breakdown(replays: list[list[tuple[str, float, float]]]) -> tuple[dict,
 
 
 def profiled_replays(fn, inputs: tuple, reps: int) -> list[list[tuple[str, float, float]]]:
-    """Each of `reps` calls of fn(*inputs), after WARMUP, as its GPU kernels (and copies) in start order."""
+    """`reps` calls of fn(*inputs), after WARMUP, each as its GPU kernels (and copies) in start order.
+    One profiler session runs reps + 2 calls and the first and last are dropped: a call at a session's
+    edge waits on the profiler starting or stopping. Every call must run the same kernels (a graph replay)."""
     for _ in range(WARMUP):
         fn(*inputs)
     torch.cuda.synchronize()
-    replays = []
-    for _ in range(reps):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(reps + 2):
             fn(*inputs)
-            torch.cuda.synchronize()
-        events = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        kernels = [(e.name, e.time_range.start, e.time_range.end) for e in events]
-        replays.append(sorted(kernels, key=lambda kernel: kernel[1]))
-    return replays
+        torch.cuda.synchronize()
+    events = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = sorted(((e.name, e.time_range.start, e.time_range.end) for e in events), key=lambda k: k[1])
+    return split_calls(kernels, reps + 2)[1:-1]
+
+
+def split_calls(kernels: list[tuple[str, float, float]], calls: int) -> list[list[tuple[str, float, float]]]:
+    """The kernels of `calls` identical calls, in start order, cut into one list per call."""
+    per_call, left = divmod(len(kernels), calls)
+    names = [name for name, _, _ in kernels]
+    if left or any(names[i * per_call : (i + 1) * per_call] != names[:per_call] for i in range(calls)):
+        raise RuntimeError(f"{len(kernels)} kernels in {calls} calls: the calls did not run the same kernels")
+    return [kernels[i * per_call : (i + 1) * per_call] for i in range(calls)]
 
 
 def measure(device: torch.device, reps: int) -> tuple[list[dict], list[dict]]:

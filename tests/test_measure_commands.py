@@ -349,3 +349,14 @@ def test_step_kernels_breaks_each_step_down_by_kernel_name_over_the_replays():
     text = step_kernels.format_step({"step": "draft", "context": 300, **step}, rows, top=2)
     assert text.splitlines()[0] == "draft, context 300: 4 kernels, span 20.0 us, busy 19.5 us"
     assert len(text.splitlines()) == 3 and "gemv" in text.splitlines()[1]
+
+
+def test_step_kernels_cuts_a_profile_into_its_calls_and_refuses_calls_that_differ():
+    call = [("norm", 0.0, 1.0), ("gemv", 1.0, 3.0)]
+    kernels = [(name, start + 10 * i, end + 10 * i) for i in range(3) for name, start, end in call]
+    calls = step_kernels.split_calls(kernels, 3)
+    assert [len(c) for c in calls] == [2, 2, 2] and calls[2][1] == ("gemv", 21.0, 23.0)
+    with pytest.raises(RuntimeError, match="did not run the same kernels"):
+        step_kernels.split_calls(kernels[:-1], 3)
+    with pytest.raises(RuntimeError, match="did not run the same kernels"):
+        step_kernels.split_calls([*kernels[:4], ("other", 20.0, 21.0), kernels[5]], 3)
