@@ -21,8 +21,6 @@ default all, in this order):
 - `target-attention`: the AWQ Qwen3-32B target step (the decoder's width of measure.speed.TARGET_K + 1 tokens, one graph
   replay) at contexts 300 and 4,000 with split-KV off and at each of TARGET_SPLIT_CHOICES slots per
   program, against its floor; fused_ops.split_slots_for gives it WIDE_GROUP_SPLIT_SLOTS.
-- `target-swiglu`: the same AWQ target step at CONTEXT with down_proj's SwiGLU in its own kernel (`apart`)
-  and on the int4 GEMM's load (`on load`: model.awq.SWIGLU_IN_GEMM, the default), the same bits.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
@@ -51,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from contracts.cli import OneLineParser
-from model import awq, awq_prefill, dense_gemv, fused_ops
+from model import awq_prefill, dense_gemv, fused_ops
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -61,7 +59,7 @@ from model.loading import load_model
 from model.presets import PRESETS
 
 from .benchmarks import copy_bandwidth_gbs
-from .speed import CACHE_SLOTS, DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
+from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .speed_file import (
     CONTEXT,
     LONG_CONTEXT,
@@ -85,16 +83,7 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = (
-    "awq-dequant",
-    "awq-gemm",
-    "awq-prefill",
-    "target-attention",
-    "target-swiglu",
-    "draft-attention",
-    "draft-layer",
-    "draft-gemv",
-)
+ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -261,23 +250,6 @@ def target_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float)
                 {"route": "target-attention", "setting": setting, "context": context, **timing, "floor_ms": floor}
             )
     model.attention_split_slots = default
-    return rows
-
-
-def target_swiglu_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The AWQ Qwen3-32B target step (the decoder's width, graphs) at CONTEXT with down_proj's SwiGLU
-    apart and on the int4 GEMM's load, against its floor; the default is restored after."""
-    model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, CACHE_SLOTS).model
-    kv_bytes = kv_cache_bytes(model.config, CONTEXT, model.head_weight.element_size())
-    floor = floor_ms(model.body_parameters_bytes() + model.head_bytes() + kv_bytes, bandwidth_gbs)
-    token = torch.randint(0, model.config.vocab_size, (1, 1), device=device)
-    steps = [(token, torch.tensor([CONTEXT], device=device))] * 3
-    default, rows = awq.SWIGLU_IN_GEMM, []
-    for setting, on in (("apart", False), ("on load", True)):
-        awq.SWIGLU_IN_GEMM = on
-        timing = time_op(Decoder(model, K=TARGET_K).target_forward, steps, device, reps=reps)
-        rows.append({"route": "target-swiglu", "setting": setting, "context": CONTEXT, **timing, "floor_ms": floor})
-    awq.SWIGLU_IN_GEMM = default
     return rows
 
 
@@ -500,7 +472,6 @@ def main(argv=None) -> int:
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
-            "target-swiglu": lambda: target_swiglu_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [

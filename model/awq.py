@@ -31,14 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import awq_prefill, awq_triton, fused_ops, triton_support
+from model import awq_prefill, awq_triton, triton_support
 
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 _NIBBLE_OF_COLUMN = tuple(AWQ_PACK_ORDER.index(column) for column in range(8))
 KERNELS = ("triton", "awq_ext", "int4pack_cuda", "int4pack_cpu", "dequant")
-# down_proj's SwiGLU on the int4 GEMM's load (forward_swiglu); `python -m measure.routes --routes
-# target-swiglu` times the step with it off and on
-SWIGLU_IN_GEMM = True
 _TINYGEMM_MIDPOINT = 8
 _TINYGEMM_GROUP_SIZES = (32, 64, 128, 256)
 
@@ -105,19 +102,6 @@ class AWQLinear(nn.Module):
         if self._run is None:
             self.select_kernel(dtype=x.dtype)
         return self._run(x)
-
-    def forward_swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """forward(silu_mul(gate_up)) for a merged gate/up output [n, 2 in]: with SWIGLU_IN_GEMM, SwiGLU
-        formed on the triton kernel's load, bit for bit the same and one launch less, where that kernel
-        runs this call in gate_up's dtype and no hook (tensor parallelism's all-reduce) takes the output."""
-        if self._run is None:
-            self.select_kernel(dtype=gate_up.dtype)
-        swiglu = getattr(self._run, "swiglu", None)
-        prefill = self.prefill_rows is not None and gate_up.shape[0] >= self.prefill_rows
-        usable = swiglu is not None and gate_up.dim() == 2 and gate_up.dtype == self._run.dtype
-        if not SWIGLU_IN_GEMM or not usable or prefill or self._forward_hooks:
-            return self(fused_ops.silu_mul(gate_up))
-        return swiglu(gate_up)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -257,10 +241,6 @@ class AWQLinear(nn.Module):
             y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
-        def swiglu(gate_up):
-            return awq_triton.w4a16_matmul(gate_up.contiguous(), planes, tickets=tickets, silu=True)
-
-        run.swiglu, run.dtype = swiglu, dtype
         return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):

@@ -151,22 +151,16 @@ def w4a16_matmul(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
-    silu: bool = False,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
-    them so a split-K call needs no memset; without enough, the call makes its own. `silu`: x is a
-    merged gate/up output [M, 2 IN] and the input is silu(gate) * up, formed on the load as
-    fused_ops.silu_mul forms it (the same roundings), so the result is bit for bit
-    w4a16_matmul(silu_mul(x)): one launch less a layer."""
-    M, IN = x.shape[0], x.shape[1] // 2 if silu else x.shape[1]
+    them so a split-K call needs no memset; without enough, the call makes its own."""
+    M, IN = x.shape
     N = planes.out_features
-    if planes.in_features != IN or (silu and x.shape[1] != 2 * IN):
-        raise ValueError(
-            f"x has {x.shape[1]} features, the planes {planes.in_features}{' (twice: gate, up)' if silu else ''}"
-        )
+    if planes.in_features != IN:
+        raise ValueError(f"x has {IN} features, the planes {planes.in_features}")
     reason = unsupported(IN, N, planes.group_size, x.dtype)
     if reason:
         raise ValueError(reason)
@@ -208,7 +202,6 @@ def w4a16_matmul(
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
-            SILU=silu,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
         )
@@ -246,7 +239,6 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
-        SILU: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split. MAGIC: OFFSET's
@@ -281,11 +273,7 @@ if triton is not None:
                     z = group & 0xF
                     s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
                 operand = _operand(P >> (4 * i), z, dtype, MAGIC, PTX)
-                if SILU:
-                    x_rows = _swiglu_rows(x_cols, k, rk, m_in, IN, EVEN_IN)
-                else:
-                    x_rows = _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN)
-                part = tl.dot(operand, x_rows, part, input_precision="ieee")
+                part = tl.dot(operand, _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN), part, input_precision="ieee")
                 if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -298,16 +286,6 @@ if triton is not None:
             return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :], other=0.0)
         else:
             return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :] & (k + rk < IN)[:, None], other=0.0)
-
-    @triton.jit
-    def _swiglu_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):
-        """silu(gate) * up [32, BLOCK_M] for input rows k .. k + 31, x_cols the gate/up rows (gate at
-        column j, up at IN + j), rounded as fused_ops._silu_mul_kernel rounds: silu(gate), then the product."""
-        gate = _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN)
-        up = _x_rows(x_cols + IN, k, rk, m_in, IN, EVEN_IN).to(tl.float32)
-        gate = gate.to(tl.float32)
-        act = (gate / (1.0 + tl.exp(-gate))).to(x_cols.dtype.element_ty).to(tl.float32)
-        return (act * up).to(x_cols.dtype.element_ty)
 
     @triton.jit
     def _operand(words, z, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from model import fused_ops
-from model.awq import AWQLinear
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
@@ -132,12 +131,9 @@ class Route:
         return gemv(x, layer.weight, tickets=self.tickets) if self._takes(layer, x) else layer(x)
 
     def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
-        """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed (and in
-        the int4 kernel: AWQLinear.forward_swiglu)."""
+        """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed."""
         if self._takes(layer, gate_up):
             return gemv(gate_up, layer.weight, silu=True, tickets=self.tickets)
-        if isinstance(layer, AWQLinear):
-            return layer.forward_swiglu(gate_up)
         return layer(fused_ops.silu_mul(gate_up))
 
 

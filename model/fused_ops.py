@@ -8,8 +8,7 @@ RoPE and the cache write, one attention kernel that reads only the slots up to t
 (the bound is read on the device, so one graph serves every cache fill), o_proj, norm, the merged
 gate/up GEMM, SiLU*mul, down_proj. At decode widths the attention kernel does the q/k norms, RoPE and
 the cache write itself (qkv_attention); a draft's down_proj GEMV takes SiLU*mul on its load
-(model/dense_gemv.py), and so does the int4 GEMM of an AWQ model (model/awq_triton.py), so a decode
-layer is 7 launches.
+(model/dense_gemv.py), so a draft's decode layer is 7 launches.
 
 Numerics follow the torch path of model/transformer.py (float32 math, rounded to the activation
 dtype wherever torch rounds), so the two paths agree to rounding, not bit for bit: a run uses one

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import awq, awq_triton, flashhead_triton, fused_ops, triton_support
+from model import awq_triton, flashhead_triton, fused_ops, triton_support
 from model.awq import AWQLinear, KernelUnavailable, unpack_int4
 from model.decoder import Decoder
 from model.flashhead import build_clustering
@@ -205,44 +205,6 @@ def test_awq_triton_split_k_is_deterministic_and_only_reorders_sums():
         awq_triton.pack_planes(
             torch.zeros(64, 8, dtype=torch.int32), torch.zeros(4, 8, dtype=torch.int32), torch.ones(4, 8), 16
         )  # groups of 16 would split a pair of planes
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))
-def test_awq_swiglu_on_the_load_is_bit_for_bit_silu_mul_then_the_matmul(dtype):
-    layer = _awq_layer(512, 64, 64)
-    planes = _planes(layer, 32)
-    gate_up = (torch.randn(5, 1024, generator=torch.Generator().manual_seed(5)) * 3).to(DEVICE, dtype)
-    for splits in (1, 4):
-        want = awq_triton.w4a16_matmul(fused_ops.silu_mul(gate_up), planes, splits=splits)
-        got = awq_triton.w4a16_matmul(gate_up, planes, splits=splits, silu=True)
-        assert got.dtype == dtype and torch.equal(got, want)
-    # control: the product without SiLU is another matmul
-    plain = awq_triton.w4a16_matmul(gate_up[:, :512] * gate_up[:, 512:], planes)
-    assert (plain.float() - want.float()).abs().max() > 0.1 * want.float().abs().max()
-    with pytest.raises(ValueError, match="twice"):
-        awq_triton.w4a16_matmul(gate_up[:, :1000], planes, silu=True)
-
-
-def test_int4_model_takes_swiglu_on_the_load_and_keeps_its_bits(monkeypatch):
-    model = load_model("tiny-qwen3-awq", DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="fused").model
-    for module in model.modules():
-        if isinstance(module, AWQLinear):
-            module.select_kernel("triton", torch.float32)
-    step = (torch.tensor([[5, 9, 200]], device=DEVICE), torch.arange(17, 20, device=DEVICE))
-    calls = []
-    matmul = awq_triton.w4a16_matmul
-
-    def counted(*args, **kw):
-        calls.append(kw.get("silu", False))
-        return matmul(*args, **kw)
-
-    monkeypatch.setattr(awq_triton, "w4a16_matmul", counted)
-    on = model.forward_hidden(*step)
-    assert calls == [False, False, False, True] * model.config.n_layers  # qkv, o, gate/up, down with SwiGLU
-    monkeypatch.setattr(awq, "SWIGLU_IN_GEMM", False)
-    calls.clear()
-    assert torch.equal(on, model.forward_hidden(*step))
-    assert calls == [False] * 4 * model.config.n_layers
 
 
 def test_awq_triton_row_depends_only_on_its_own_input_row():
