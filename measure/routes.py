@@ -48,7 +48,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from contracts.cli import OneLineParser
 from model import awq_prefill, dense_gemv, fused_ops
 from model.awq import AWQLinear
 from model.cli import run_torch_command
@@ -71,13 +70,12 @@ from .speed_file import (
     prefill_flops,
 )
 from .timing import (
-    at_least_one,
-    check_out,
     environment_header,
     floor_ms,
+    gpu_command_parser,
     gpu_environment,
     release_gpu_memory,
-    require_cuda,
+    start_gpu_command,
     time_op,
     write_result,
 )
@@ -449,21 +447,16 @@ def format_row(row: dict) -> str:
     )
 
 
-def parser() -> OneLineParser:
-    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the JSON file to write")
+def parser():
+    p = gpu_command_parser(COMMAND, __doc__, 20, "timed repetitions per timing")
     p.add_argument("--routes", type=parse_routes, default=ROUTES, help=f"{', '.join(ROUTES)} or all (default all)")
-    p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per timing (default 20)")
-    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
     return p
 
 
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, args.device, modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args)
         bandwidth_gbs = copy_bandwidth_gbs(device)
         environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes", draft=DRAFT)
         print(environment_header(COMMAND, environment))

@@ -31,13 +31,11 @@ committed results ran on one H200), triton and transformers. docs/benchmarks.md 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 
 import torch
 
-from contracts.cli import OneLineParser
 from model import dense_gemv
 from model.awq import AWQLinear
 from model.cli import run_torch_command
@@ -50,13 +48,12 @@ from model.loading import load_model
 from .benchmarks import copy_bandwidth_gbs
 from .hf_eager import time_hf_forward
 from .timing import (
-    at_least_one,
-    check_out,
     environment_header,
     floor_ms,
+    gpu_command_parser,
     gpu_environment,
     release_gpu_memory,
-    require_cuda,
+    start_gpu_command,
     time_in_graph,
     time_op,
     write_result,
@@ -267,20 +264,14 @@ def measure_speed(device: torch.device, reps: int) -> dict:
     return {"env": environment, "rows": rows}
 
 
-def parser() -> OneLineParser:
-    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
-    p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per row (default 20)")
-    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
-    return p
+def parser():
+    return gpu_command_parser(COMMAND, __doc__, 20, "timed repetitions per row")
 
 
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, args.device, modules=("triton", "transformers"))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args, modules=("triton", "transformers"))
         write_result(out, measure_speed(device, args.reps))
         print(f"wrote {out}")
 

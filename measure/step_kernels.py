@@ -21,13 +21,11 @@ name in each).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
 import torch
 
-from contracts.cli import OneLineParser
 from model import triton_support
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -39,12 +37,11 @@ from .benchmarks import copy_bandwidth_gbs
 from .speed import CACHE_SLOTS, DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .speed_file import CONTEXT, LONG_CONTEXT, load_draft_long
 from .timing import (
-    at_least_one,
-    check_out,
     environment_header,
+    gpu_command_parser,
     gpu_environment,
     release_gpu_memory,
-    require_cuda,
+    start_gpu_command,
     write_result,
 )
 
@@ -147,20 +144,14 @@ def format_step(step: dict, rows: list[dict], top: int = 8) -> str:
     return "\n".join(lines)
 
 
-def parser() -> OneLineParser:
-    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the JSON file to write")
-    p.add_argument("--reps", type=at_least_one, default=5, help="profiled replays of each step (default 5)")
-    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
-    return p
+def parser():
+    return gpu_command_parser(COMMAND, __doc__, 5, "profiled replays of each step")
 
 
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, args.device, modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args)
         environment = gpu_environment(
             device,
             copy_bandwidth_gbs(device),

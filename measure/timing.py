@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from contracts import UsageError
+from contracts.cli import OneLineParser
 from contracts.files import check_output_file, write_atomic
 from model.graphs import capturing
 from model.loading import parse_device
@@ -192,6 +193,24 @@ def require_cuda(command: str, device: str = "cuda:0", modules: Sequence[str] = 
     if missing:
         raise UsageError(f"{command} needs {', '.join(missing)}, which is not installed")
     return parsed
+
+
+def gpu_command_parser(command: str, description: str, reps: int, reps_help: str) -> OneLineParser:
+    """The options every GPU benchmark command takes: --out, --reps (at least 1) and --device."""
+    p = OneLineParser(prog=command, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
+    p.add_argument("--reps", type=at_least_one, default=reps, help=f"{reps_help} (default {reps})")
+    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
+    return p
+
+
+def start_gpu_command(command: str, args: argparse.Namespace, modules: Sequence[str] = ("triton",)):
+    """(--out checked, the CUDA device), the device made current: every check a GPU benchmark command
+    makes before any work."""
+    out = check_out(args.out)
+    device = require_cuda(command, args.device, modules=modules)
+    torch.cuda.set_device(device)
+    return out, device
 
 
 def floor_ms(nbytes: float, bandwidth_gbs: float) -> float:
