@@ -499,6 +499,7 @@ def _decode_all(
     the calibration pools its runs."""
     recorded, calibrations, refs_by_attention, inexact = [], {}, {}, []
     calibration_prompt, calibration_ids = calibration_workload(args, pair, work)
+    calibration_work = Workload([calibration_prompt], [calibration_ids])
     per_group = len(work.prompts) + args.warmup
     groups = len({(c.K, c.head, c.tree) for c in configs})
     needs_references = base is not None or args.sampling.greedy  # control binds to them; greedy is checked
@@ -533,7 +534,6 @@ def _decode_all(
                         if schedule == "baseline"
                         else Config(schedule, head_kind, K or first_K, tree)
                     )
-                    calibration_work = Workload([calibration_prompt], [calibration_ids])
                     stem = run_stem(trace_name(name, config), repeat)
                     _, config_probes, lines, summary, trace = write_run(calibration_work, config, stem=stem, warmup=1)
                     calibrations[name].append((config, config_probes, lines, summary, trace))

@@ -32,6 +32,7 @@ fixed arm and the oracle (measured: per generation the fastest fixed arm's time)
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -475,12 +476,12 @@ def _policy_config(folder: Path) -> dict:
 
 def recorded_runs(folder: Path, setting: Setting) -> list[tuple[Path, dict]]:
     """A configuration's recorded runs in `folder`, in order: (its trace, its summary)."""
-    runs, repeat = [], 1
-    while (folder / f"{run_stem(setting.name, repeat)}.summary.json").is_file():
+    runs = []
+    for repeat in itertools.count(1):
         stem = run_stem(setting.name, repeat)
+        if not (folder / f"{stem}.summary.json").is_file():
+            return runs
         runs.append((folder / f"{stem}.trace.jsonl", read_summary(folder / f"{stem}.summary.json")))
-        repeat += 1
-    return runs
 
 
 def _recorded(folder: Path, setting: Setting, exact: bool) -> Measured:
