@@ -25,7 +25,7 @@ from model.loading import Loaded
 from model.prompt_lookup import LookupSearch
 from model.tree_rounds import ancestor_bits, frontier_inputs, tree_body_forward, tree_verify_forward, verify_tables
 
-from .timing import summarize, time_op
+from .timing import summarize, time_interleaved, time_op
 
 
 @dataclass
@@ -56,6 +56,14 @@ class Bench:
 
     def time(self, fn, inputs, device, **kw) -> dict:
         return time_op(fn, inputs, device, reps=self.reps, warmup=self.warmup, **kw)
+
+    def time_grid(self, points: list[dict], operations: list[tuple], device, what: str) -> list[dict]:
+        """Each point of a grid with its timing, the points' repetitions interleaved
+        (measure.timing.time_interleaved); one progress tick per point, named `what` and the point."""
+        timings = time_interleaved(operations, device, reps=self.reps, warmup=self.warmup)
+        for point in points:
+            self.tick(f"{what} " + " ".join(f"{key}={value}" for key, value in point.items()))
+        return [{**point, **timing} for point, timing in zip(points, timings, strict=True)]
 
 
 def target_widths(K_max: int, tree_widths) -> list[int]:
@@ -109,13 +117,18 @@ def target_costs(b: Bench, graphs: bool) -> dict:
     model = b.target.model
     step = Decoder(model, K=decode_K(b.K_max, b.tree_widths), graphs=graphs).target_forward
     vocab = model.config.vocab_size
-    forward = []
-    for n in b.target_widths():
-        for context in b.target_contexts or b.contexts:
-            start = torch.tensor([context], device=b.target_device)
-            inputs = [(t, start) for t in b.tokens(n, b.target_device, vocab)]
-            forward.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})
-            b.tick(f"target forward n={n} ctx={context}")
+    points = [{"n_tokens": n, "context": c} for n in b.target_widths() for c in b.target_contexts or b.contexts]
+    operations = [
+        (
+            step,
+            [
+                (t, torch.tensor([p["context"]], device=b.target_device))
+                for t in b.tokens(p["n_tokens"], b.target_device, vocab)
+            ],
+        )
+        for p in points
+    ]
+    forward = b.time_grid(points, operations, b.target_device, "target forward")
     return {"forward_ms": {"points": forward}, "prefill_ms": {"points": _prefill(b, b.target, b.target_device)}}
 
 
@@ -147,12 +160,7 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     model, device = b.draft.model, b.draft_device
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     body = GraphedCall(model.forward_hidden, enabled=graphs)
-    body_points = []
-    for context in b.contexts:
-        for n in sorted({1, 2, *CATCH_UP_WIDTHS} | set(b.tree_widths)):
-            inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
-            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
-        b.tick(f"draft body ctx={context}")
+    body_points = _body_grid(b, body, draft_body_widths(b.tree_widths), device, vocab, "draft body")
     states = [
         (torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)
         for i in range(4)
@@ -180,6 +188,24 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
     }
 
 
+CHAIN_BODY_WIDTHS = sorted({1, 2, *CATCH_UP_WIDTHS})  # a drafter body: [prev, f], one token, a catch-up
+
+
+def draft_body_widths(tree_widths) -> list[int]:
+    """Token counts of the draft model's body: a chain's and every tree width (a tree's frontier)."""
+    return sorted(set(CHAIN_BODY_WIDTHS) | set(tree_widths))
+
+
+def _body_grid(b: Bench, body, widths: list[int], device: torch.device, vocab: int, what: str) -> list[dict]:
+    """A draft body's forward over each of `widths` new tokens at each context, interleaved."""
+    points = [{"n_tokens": n, "context": c} for c in b.contexts for n in widths]
+    operations = [
+        (body, [(t, _positions(p["context"], p["n_tokens"], device)) for t in b.tokens(p["n_tokens"], device, vocab)])
+        for p in points
+    ]
+    return b.time_grid(points, operations, device, what)
+
+
 def tree_body_widths(tree_widths) -> list[int]:
     """Frontier widths a tree's draft forward can have: 1..MAX_NODES nodes (one ancestor bit each)."""
     return sorted(n for n in set(tree_widths) if n <= MAX_NODES)
@@ -194,29 +220,37 @@ def tree_costs(b: Bench, graphs: bool) -> tuple[dict, dict]:
     for every tree of it: the rule reads every node's slot, the shape only sets which of them count."""
     target, draft = b.target.model, b.draft.model
     decoder = Decoder(target, K=decode_K(b.K_max, b.tree_widths), graphs=graphs)
-    verify, body = [], []
+    points, operations = [], []
     for n in b.target_widths():
         star = (ROOT,) * (n - 1)
         rope, bits = verify_tables(star, decoder.rows or n, b.target_device)
         step = GraphedCall(partial(tree_verify_forward, decoder, n - 1), enabled=graphs)
         for context in b.contexts:
             start = torch.tensor([context], device=b.target_device)
-            inputs = [(t, start, rope, bits) for t in b.tokens(n, b.target_device, target.config.vocab_size)]
-            verify.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.target_device)})
-            b.tick(f"target tree forward n={n} ctx={context}")
+            points.append({"n_tokens": n, "context": context})
+            operations.append(
+                (step, [(t, start, rope, bits) for t in b.tokens(n, b.target_device, target.config.vocab_size)])
+            )
+    verify = b.time_grid(points, operations, b.target_device, "target tree forward")
     step = GraphedCall(partial(tree_body_forward, draft), enabled=graphs)
+    points, operations = [], []
     for n in tree_body_widths(b.tree_widths):
         fed = torch.arange(n, device=b.draft_device)
         depths = torch.ones(n, dtype=torch.long, device=b.draft_device)
         bits = torch.tensor(ancestor_bits((ROOT,) * n), device=b.draft_device)
         for context in b.contexts:
             p = torch.tensor([context], device=b.draft_device)
-            inputs = [
-                frontier_inputs(t[0], fed, p, depths, bits)
-                for t in b.tokens(n, b.draft_device, draft.config.vocab_size)
-            ]
-            body.append({"n_tokens": n, "context": context, **b.time(step, inputs, b.draft_device)})
-            b.tick(f"draft tree body n={n} ctx={context}")
+            points.append({"n_tokens": n, "context": context})
+            operations.append(
+                (
+                    step,
+                    [
+                        frontier_inputs(t[0], fed, p, depths, bits)
+                        for t in b.tokens(n, b.draft_device, draft.config.vocab_size)
+                    ],
+                )
+            )
+    body = b.time_grid(points, operations, b.draft_device, "draft tree body")
     return {"tree_forward_ms": {"points": verify}}, {"tree_body_ms": {"points": body}}
 
 
@@ -244,12 +278,7 @@ def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     early = early_exit(model, settings.early_exit_layers)
     early.setup_cache(model.max_seq_len, device)
     body = GraphedCall(early.forward_hidden, enabled=graphs)
-    body_points = []
-    for context in b.contexts:
-        for n in (1, 2, *CATCH_UP_WIDTHS):
-            inputs = [(t, _positions(context, n, device)) for t in b.tokens(n, device, vocab)]
-            body_points.append({"n_tokens": n, "context": context, **b.time(body, inputs, device)})
-        b.tick(f"early-exit body ctx={context}")
+    body_points = _body_grid(b, body, CHAIN_BODY_WIDTHS, device, vocab, "early-exit body")
     hidden = model.config.hidden_size
     states = [
         (torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(i)).to(device, model.head_weight.dtype),)

@@ -26,9 +26,11 @@ from . import sampling_costs
 from .agreement import agreement_curve, draft_hidden_states
 from .benchmarks import (
     BOOKKEEPING_NEW_TOKENS,
+    CHAIN_BODY_WIDTHS,
     Bench,
     copy_bandwidth_gbs,
     decode_K,
+    draft_body_widths,
     draft_costs,
     drafter_costs,
     host_costs,
@@ -173,12 +175,12 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         forwards * len(target_contexts)
         + tree_points * len(contexts)
         + 2 * len(prompt_lengths)
-        + len(contexts)
+        + len(contexts) * len(draft_body_widths(settings.tree_widths))  # the draft body
         + 1
         + len(probes)
         + 1
-        + len(contexts) * (1 if settings.early_exit_layers is None else 2)
-        + (settings.early_exit_layers is not None)
+        + len(contexts)  # prompt lookup
+        + (len(contexts) * len(CHAIN_BODY_WIDTHS) + 1 if settings.early_exit_layers is not None else 0)
     )
     points = (
         len(regimes)

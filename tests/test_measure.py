@@ -248,3 +248,25 @@ def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path):
     regime = profile["regimes"]["eager"]
     assert {t["n"] for t in _timings(regime["target"])} | {t["n"] for t in _timings(regime["draft"])} == {6}
     assert any("median of 2 passes" in note for note in profile["notes"])
+
+
+def test_a_grid_is_timed_one_repetition_of_each_point_in_turn():
+    """After every point's warm-up, repetition i of each point runs before repetition i + 1 of any, each
+    with its own inputs rotated; each point keeps its own timing, in the points' order."""
+    import torch
+
+    from measure.benchmarks import Bench
+
+    calls = []
+    ticks = []
+
+    def op(name):
+        return lambda value: calls.append((name, value))
+
+    bench = Bench(*[None] * 9, reps=3, warmup=1, tick=ticks.append)
+    points = [{"n_tokens": 1, "context": 64}, {"n_tokens": 5, "context": 64}]
+    operations = [(op("a"), [(0,), (1,)]), (op("b"), [(10,), (11,)])]
+    timed = bench.time_grid(points, operations, torch.device("cpu"), "target forward")
+    assert calls == [("a", 0), ("b", 10), ("a", 1), ("b", 11), ("a", 0), ("b", 10), ("a", 1), ("b", 11)]
+    assert [(t["n_tokens"], t["n"]) for t in timed] == [(1, 3), (5, 3)]
+    assert ticks == ["target forward n_tokens=1 context=64", "target forward n_tokens=5 context=64"]
