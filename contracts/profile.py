@@ -20,9 +20,6 @@ READABLE_SCHEMAS = (PROFILE_SCHEMA, "flashspec.profile/1")  # the tool's earlier
 AXES = ("n_tokens", "context", "prompt_len", "probes", "bytes")
 WEIGHTS = ("synthetic", "real", "study-derived")
 TIMING_FIELDS = ("median_ms", "p10_ms", "p90_ms", "host_ms")
-# The what-if suffix for what a cost over n_tokens pays beyond its 1-token point at the same context:
-# `target.forward_ms.beyond_one_token*=f` makes T(n, c) = T(1, c) + f (T(n, c) - T(1, c)).
-BEYOND_ONE_TOKEN = "beyond_one_token"
 REQUIRED_COSTS = {
     "target": ("forward_ms", "prefill_ms"),
     "draft": ("body_ms", "head_dense_ms", "head_flashhead_ms", "prefill_ms"),

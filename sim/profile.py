@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from contracts import UsageError
-from contracts.profile import BEYOND_ONE_TOKEN, TIMING_FIELDS, check_profile, cost_grid, read_profile
+from contracts.profile import check_profile, cost_grid, read_profile
 
 from .costs import Cost, Costs
 
@@ -111,12 +111,6 @@ def editable_paths(raw: dict, regime: str) -> list[str]:
     the profile's other numeric fields."""
     costs = raw["regimes"][regime]
     cost_paths = [f"{g}.{name}" for g, section in costs.items() for name in section]
-    cost_paths += [
-        f"{g}.{name}.{BEYOND_ONE_TOKEN}"
-        for g, section in costs.items()
-        for name, cost in section.items()
-        if "n_tokens" in ((cost.get("points") or [{}])[0] if isinstance(cost, dict) else {})
-    ]
     other = [p for p in _numeric_leaves({k: v for k, v in raw.items() if k != "regimes"})]
     return sorted(cost_paths) + sorted(other)
 
@@ -141,11 +135,6 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
     if op == "*=" and value < 0 or op == "=" and value < 0:
         raise UsageError(f"what-if {path}: a cost or count cannot be negative ({value:g})")
     parts = path.split(".")
-    if parts[-1] == BEYOND_ONE_TOKEN and op == "*=":
-        cost = raw["regimes"][regime].get(parts[0], {}).get(".".join(parts[1:-1])) if len(parts) == 3 else None
-        if isinstance(cost, dict):
-            _scale_beyond_one_token(cost, path, value)
-            return
     for root in (raw["regimes"][regime], raw):
         node = root
         for part in parts[:-1]:
@@ -167,27 +156,6 @@ def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
     close = difflib.get_close_matches(path, editable_paths(raw, regime), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UsageError(f"unknown what-if key {path!r}; {hint}python -m sim --keys lists every valid key")
-
-
-def _scale_beyond_one_token(cost: dict, path: str, factor: float) -> None:
-    """`path.beyond_one_token*=f`: each point of a cost over n_tokens keeps its context's 1-token cost and
-    scales what it costs beyond it. On a CPU a forward's 1-token cost is mostly its weights streaming
-    from memory and the rest mostly arithmetic, and a busy host slows the two by different factors (a
-    2-core VM's 5-token Gemma verify cost 1.23-1.29x its 1-token one in a profile and 1.34-1.40x in a run
-    on the same host), which no one factor on the whole cost follows."""
-    axes, _ = cost_grid(cost, path)
-    if "n_tokens" not in axes:
-        raise UsageError(f"what-if {path}: only a cost over n_tokens has a part beyond one token (it has {list(axes)})")
-    others = [a for a in axes if a != "n_tokens"]
-    ones = {tuple(p[a] for a in others): p for p in cost["points"] if p["n_tokens"] == 1}
-    for point in cost["points"]:
-        one = ones.get(tuple(point[a] for a in others))
-        if one is None:
-            raise UsageError(f"what-if {path}: no 1-token point where {point} is")
-        if point is not one:
-            for key in TIMING_FIELDS:
-                if key in point and key in one:
-                    point[key] = one[key] + factor * (point[key] - one[key])
 
 
 def _measured_at(leaf: dict, path: str, op: str, value: float) -> None:

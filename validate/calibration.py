@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts.names import REGIME_OF_GRAPHS_FLAG
-from contracts.profile import BEYOND_ONE_TOKEN, TREE_ATTENTION_COSTS
+from contracts.profile import TREE_ATTENTION_COSTS
 from sim.profile import load_profile
 from sim.sampling_costs import sampled_head_cost_path
 
@@ -32,17 +32,9 @@ SCHEDULES = ("baseline", "deferred")
 # The phases whose measured / predicted ratio scales each profile cost; target forwards are verifies
 # and standalone appends alike.
 PHASES_OF_COST = {"target.forward_ms": ("verify", "finalize"), "draft.body_ms": ("draft_body",)}
-TARGET_PHASES = PHASES_OF_COST["target.forward_ms"]
 HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
-# What a target forward costs beyond its one token (sim/profile.py), and the edit that prices every
-# forward at one token's cost.
-TARGET_BEYOND_ONE_TOKEN = f"target.forward_ms.{BEYOND_ONE_TOKEN}"
-ONE_TOKEN_FORWARDS = ((TARGET_BEYOND_ONE_TOKEN, "*=", 0.0),)
-# That part gets a scale of its own where it is at least this share of the predicted target time of the
-# generations that forward more than one token (a CPU's: about a fifth; a GPU's fixed-width forwards: none)
-MIN_BEYOND_ONE_TOKEN_SHARE = 0.05
 # the costs of the models every decoder instance shares (its head is its own)
-SHARED_MODEL_COSTS = (*PHASES_OF_COST, TARGET_BEYOND_ONE_TOKEN, *TREE_ATTENTION_COSTS.values())
+SHARED_MODEL_COSTS = (*PHASES_OF_COST, *TREE_ATTENTION_COSTS.values())
 
 
 @dataclass
@@ -72,17 +64,13 @@ class Calibration:
 
 def scales_from(records, head: str, profile_path, placement: str, graphs: bool) -> dict[str, float]:
     """measured / predicted device time per cost, over the calibration generations."""
-    measured, predicted, target_times = {}, {}, []
-    one_token_edits = one_token_forwards(profile_path, graphs)
+    measured, predicted = {}, {}
     for config, probes, lines, summary, trace in records:
         row, _ = predict(profile_path, trace, lines, config, probes, placement, graphs)
-        one_token = predict(profile_path, trace, lines, config, probes, placement, graphs, one_token_edits)[0]
         for phase, ms in (summary.get("phases_ms") or {}).items():
             measured[phase] = measured.get(phase, 0.0) + ms
         for phase, ms in row["phase_ms"].items():
             predicted[phase] = predicted.get(phase, 0.0) + ms
-        timed = (summary.get("phases_ms") or {}, row["phase_ms"], one_token["phase_ms"])
-        target_times.append(tuple(sum(t.get(phase, 0.0) for phase in TARGET_PHASES) for t in timed))
     regime, profile = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"], load_profile(str(profile_path))
     sampled = any("sample" in line for _, _, lines, _, _ in records for line in lines)
     if sampled:  # a tree's draft ranks its children: it pays the greedy head (sim/sampled_trees.py)
@@ -91,8 +79,7 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
     else:
         head_path = head_cost_path(profile_path, head, HEAD_COSTS)
     phases = {**PHASES_OF_COST, head_path: ("draft_head",)}
-    del phases["target.forward_ms"]
-    scales = target_scales(target_times)
+    scales = {}
     for path, names in phases.items():
         m, p = sum(measured.get(n, 0.0) for n in names), sum(predicted.get(n, 0.0) for n in names)
         if m > 0 and p > 0:
@@ -101,47 +88,6 @@ def scales_from(records, head: str, profile_path, placement: str, graphs: bool) 
         if path in scales and tree_path in profile.costs[regime].named:
             scales[tree_path] = scales[path]
     return scales
-
-
-def one_token_forwards(profile_path, graphs: bool) -> tuple:
-    """ONE_TOKEN_FORWARDS where the profile's target forward is a table over n_tokens, else no edit."""
-    regime = REGIME_OF_GRAPHS_FLAG["on" if graphs else "off"]
-    forward = load_profile(str(profile_path)).raw["regimes"][regime]["target"]["forward_ms"]
-    points = forward.get("points") or [forward]
-    return ONE_TOKEN_FORWARDS if "n_tokens" in points[0] else ()
-
-
-def target_scales(generations: list[tuple[float, float, float]]) -> dict[str, float]:
-    """The target forward's scales from generations' (measured, predicted, predicted at one token's cost
-    a forward) target time: one factor on the whole cost, or where the generations tell the two apart
-    (some forward one token at a time, others more, and the part beyond one token is material), a factor
-    on the 1-token cost and one on what a forward costs beyond it (sim/profile.py says why), least squares
-    over the generations. On a 2-core VM the profile's 5-token Gemma verify was 1.23-1.29x its 1-token one
-    and the runs' 1.34-1.40x: one factor fitted to both over-charged the baseline by 2-10% and
-    under-charged prompt lookup at K = 4 (session 20)."""
-    measured = sum(m for m, _, _ in generations)
-    predicted = sum(p for _, p, _ in generations)
-    if not measured > 0 or not predicted > 0:
-        return {}
-    uniform = {"target.forward_ms": measured / predicted}
-    wide = [(one, p - one, m) for m, p, one in generations if p - one > MIN_BEYOND_ONE_TOKEN_SHARE * p]
-    narrow = [(p, 0.0, m) for m, p, one in generations if p - one <= MIN_BEYOND_ONE_TOKEN_SHARE * p]
-    if not wide or not narrow:
-        return uniform
-    # minimize sum (m - s one - g beyond)^2 over every generation (beyond = 0 for the narrow ones)
-    rows = narrow + wide
-    ss = sum(one * one for one, _, _ in rows)
-    sg = sum(one * beyond for one, beyond, _ in rows)
-    gg = sum(beyond * beyond for _, beyond, _ in rows)
-    sm = sum(one * m for one, _, m in rows)
-    gm = sum(beyond * m for _, beyond, m in rows)
-    determinant = ss * gg - sg * sg
-    if determinant <= 0:
-        return uniform
-    scale, beyond_scale = (sm * gg - gm * sg) / determinant, (gm * ss - sm * sg) / determinant
-    if not scale > 0 or not beyond_scale > 0:
-        return uniform
-    return {"target.forward_ms": scale, TARGET_BEYOND_ONE_TOKEN: beyond_scale / scale}
 
 
 def described(edit: tuple) -> str:

@@ -57,16 +57,7 @@ from model.trace import summarize, trace_lines
 from sim.scenario import Scenario
 from sim.scenario import run as simulate
 
-from .calibration import (
-    HEAD_COSTS,
-    TARGET_PHASES,
-    described,
-    draft_prefill_edit,
-    one_token_forwards,
-    read_gap_from,
-    round_ms,
-    target_scales,
-)
+from .calibration import described, draft_prefill_edit, read_gap_from, round_ms
 from .pipeline import calibration_workload, profile_has_read_gap
 from .plan import (
     Config,
@@ -98,6 +89,7 @@ DRAFTER_COSTS = {
     "early-exit": {"draft.early_exit_body_ms": ("draft_body",), "draft.early_exit_head_ms": ("draft_head",)},
     "prompt-lookup": {"draft.lookup_ms": ("draft_body",)},
 }
+HEAD_COSTS = {"dense": "draft.head_dense_ms", "flashhead": "draft.head_flashhead_ms"}
 
 
 @dataclass(frozen=True)
@@ -579,20 +571,19 @@ def _calibrate(runs: list, p: dict, profile_path) -> dict:
     {'speculative': edits, 'baseline': edits, 'scales': ..., 'read_gap_ms': ..., 'timing_noise': ...}.
     Pooled because a host's slow spell moves one run: on one H200 in session 16 a calibration run's
     reads took a third of the time of some validation runs' (0.03 against 0.1 ms)."""
-    target_times = []
+    measured, predicted = Counter(), Counter()
     per_drafter = {}
-    one_token_edits = one_token_forwards(profile_path, p["graphs"])
     for setting, trace, summary in runs:
         row = _one(trace, setting, p, profile_path, ())
-        one_token = _one(trace, setting, p, profile_path, one_token_edits)
         phases = summary.get("phases_ms") or {}
-        timed = (phases, row["phase_ms"], one_token["phase_ms"])  # measured, predicted, at one token's cost
-        target_times.append(tuple(sum(t.get(phase, 0.0) for phase in TARGET_PHASES) for t in timed))
+        for phase in ("verify", "finalize"):
+            measured["target"] += phases.get(phase, 0.0)
+            predicted["target"] += row["phase_ms"].get(phase, 0.0)
         if setting.arm is not None:
             pooled_phases, pooled_row = per_drafter.setdefault(setting.arm.drafter, (Counter(), Counter()))
             pooled_phases.update(phases)
             pooled_row.update(row["phase_ms"])
-    scales = target_scales(target_times)
+    scales = {"target.forward_ms": measured["target"] / predicted["target"]} if predicted["target"] else {}
     for drafter, (phases, row_phases) in per_drafter.items():
         costs = dict(DRAFTER_COSTS[drafter])
         if drafter == "draft-model":
