@@ -98,8 +98,8 @@ def time_interleaved(
     """Time each (fn, inputs) of `operations` as time_op does, one repetition of each in turn: a
     grid's points timed one after another share every slow spell of the machine, which timing each
     point's repetitions back to back gave to whichever points it fell on. On a 2-core VM a Gemma 3
-    270M verify of 4 and 5 tokens was timed 25-28% faster than one of 3 point by point, and within 2%
-    of it interleaved; a run's 5-token verifies took what the interleaved timing says (session 20)."""
+    270M verify of 4 and 5 tokens was timed 25-28% faster than one of 3 point by point, 5-7% faster
+    interleaved (docs/design.md, "Measuring costs as the loop pays them")."""
     devices = [device, *also_sync]
     if device.type == "cuda":
         with torch.cuda.device(device):  # events record on the current device's stream: make it this one
