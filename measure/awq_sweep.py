@@ -10,11 +10,12 @@ reports/h200/decoder_speed.md come from its output.
     python -m measure.awq_sweep --out awq_sweep.json --device cuda:1 --reps 20
 
 For each merged projection of a Qwen3-32B layer (input x output features: qkv 5120 x 10240, o_proj
-8192 x 5120, gate_up 5120 x 51200, down 25600 x 5120; group 128; SYNTHETIC random AWQ buffers) at 8
-bf16 rows (a verify of K + 2 tokens at K = 6), times torch's int4pack kernel and w4a16_matmul over
-configurations, each per call inside a CUDA graph with L2 evicted before each call
-(measure.timing.time_in_graph: as a decode step pays it), median of --reps repetitions: the default
-(default_splits, LAUNCH), then block_n (64, 128) x splits (split-K factors that divide the 128-row
+8192 x 5120, gate_up 5120 x 51200, down 25600 x 5120; group 128; SYNTHETIC random AWQ buffers) at 16
+bf16 rows (every target decode forward of the decoder runs 16 rows up to K = 15), times torch's
+int4pack kernel and w4a16_matmul over configurations, each per call inside a CUDA graph with L2
+evicted before each call (measure.timing.time_in_graph: as a decode step pays it), median of --reps
+repetitions: the default
+(default_splits, LAUNCH), then block_n (64, 128, 256) x splits (split-K factors that divide the 128-row
 steps and give 66..8192 programs) x num_stages (2, 3, 4) at 4 warps, then 8 warps at the best. A
 configuration that fails to compile or disagrees with the dequantized reference (max error > 1% of
 the largest output) is printed and skipped. After --budget-s seconds no new configuration starts.
@@ -45,6 +46,7 @@ from contracts.cli import OneLineParser
 from model import awq_triton
 from model.awq import AWQLinear, unpack_int4
 from model.cli import run_torch_command
+from model.decoder import width
 
 from .benchmarks import copy_bandwidth_gbs
 from .timing import (
@@ -61,8 +63,9 @@ from .timing import (
 
 COMMAND = "python -m measure.awq_sweep"
 SHAPES = {"qkv": (5120, 10240), "o_proj": (8192, 5120), "gate_up": (5120, 51200), "down": (25600, 5120)}
-GROUP, ROWS, LAYERS, DTYPE = 128, 8, 64, torch.bfloat16  # 8 rows: a verify of K + 2 tokens at K = 6
-BLOCK_NS = (64, 128)
+GROUP, LAYERS, DTYPE = 128, 64, torch.bfloat16
+ROWS = width(6)  # the rows of the decoder's target forwards at the study's K = 6 (16: model/decoder.EXACT_WIDTH)
+BLOCK_NS = (64, 128, 256)
 SPLIT_CHOICES = (1, 2, 4, 8, 16)
 PROGRAMS = (66, 8192)  # the fewest and most programs (column blocks x splits) a configuration may launch
 STAGES = (2, 3, 4)
