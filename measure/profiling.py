@@ -176,9 +176,8 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         + tree_points * len(contexts)
         + 2 * len(prompt_lengths)
         + len(contexts) * len(draft_body_widths(settings.tree_widths))  # the draft body
-        + 1
+        + 1  # its dense head
         + len(probes)
-        + 1
         + len(contexts)  # prompt lookup
         + (len(contexts) * len(CHAIN_BODY_WIDTHS) + 1 if settings.early_exit_layers is not None else 0)
     )
@@ -190,7 +189,7 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
             + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)))
             + (0 if sampling.greedy else 1 + len(probes) + head_points(settings.heads))
         )
-        + 2
+        + 3  # host costs, the round's host costs, the agreement curve
     )
     with Progress(points, "measure", "point") as progress:
         bench = Bench(

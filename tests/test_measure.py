@@ -238,12 +238,27 @@ def test_passes_merge_each_timing_as_the_median_of_its_passes():
     assert merged_passes([{"a": 1.0, "median_ms": 2.0, "n": 3}]) == {"a": 1.0, "median_ms": 2.0, "n": 3}
 
 
-def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path):
+def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path, monkeypatch):
     """--passes 2 times the grid twice: each target and draft point has twice --reps repetitions, and
-    the profile says so; host costs, timed once, keep theirs."""
+    the profile says so; host costs, timed once, keep theirs. The progress bar ends at its total."""
+    import measure.profiling
+
+    counted = {}
+
+    class Counted(measure.profiling.Progress):
+        def __init__(self, total, *args, **kwargs):
+            counted.update(total=total, done=0)
+            super().__init__(total, *args, **kwargs)
+
+        def update(self, count=1):
+            counted["done"] += count
+            super().update(count)
+
+    monkeypatch.setattr(measure.profiling, "Progress", Counted)
     out = tmp_path / "two.json"
     argv = [*TINY, "--passes", "2", "--graphs", "off", "--tree-widths", "3", "--probes", "1,2"]
     assert main([*argv, "--out", str(out)]) == 0
+    assert counted["done"] == counted["total"]
     profile = json.loads(out.read_text())
     regime = profile["regimes"]["eager"]
     assert {t["n"] for t in _timings(regime["target"])} | {t["n"] for t in _timings(regime["draft"])} == {6}
