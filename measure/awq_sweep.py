@@ -14,9 +14,9 @@ For each merged projection of a Qwen3-32B layer (input x output features: qkv 51
 bf16 rows (every target decode forward of the decoder runs 16 rows up to K = 15), times torch's
 int4pack kernel and w4a16_matmul over configurations, each per call inside a CUDA graph with L2
 evicted before each call (measure.timing.time_in_graph: as a decode step pays it), median of --reps
-repetitions: the default
-(default_splits, LAUNCH), then block_n (64, 128, 256) x splits (split-K factors that divide the 128-row
-steps and give 66..8192 programs) x num_stages (2, 3, 4) at 4 warps, then 8 warps at the best. A
+repetitions: the default (default_splits, LAUNCH), then block_n (64, 128, 256) x splits (split-K
+factors that divide the 128-row steps and give 66..8192 programs) x num_stages (2, 3, 4) at 4 warps,
+then 8 warps at the best. A
 configuration that fails to compile or disagrees with the dequantized reference (max error > 1% of
 the largest output) is printed and skipped. After --budget-s seconds no new configuration starts.
 Floor: the bytes read once (codes, scales, zeros, x, y) / the measured copy rate.

@@ -117,17 +117,12 @@ def target_costs(b: Bench, graphs: bool) -> dict:
     model = b.target.model
     step = Decoder(model, K=decode_K(b.K_max, b.tree_widths), graphs=graphs).target_forward
     vocab = model.config.vocab_size
-    points = [{"n_tokens": n, "context": c} for n in b.target_widths() for c in b.target_contexts or b.contexts]
-    operations = [
-        (
-            step,
-            [
-                (t, torch.tensor([p["context"]], device=b.target_device))
-                for t in b.tokens(p["n_tokens"], b.target_device, vocab)
-            ],
-        )
-        for p in points
-    ]
+    points, operations = [], []
+    for n in b.target_widths():
+        for context in b.target_contexts or b.contexts:
+            start = torch.tensor([context], device=b.target_device)
+            points.append({"n_tokens": n, "context": context})
+            operations.append((step, [(t, start) for t in b.tokens(n, b.target_device, vocab)]))
     forward = b.time_grid(points, operations, b.target_device, "target forward")
     return {"forward_ms": {"points": forward}, "prefill_ms": {"points": _prefill(b, b.target, b.target_device)}}
 
