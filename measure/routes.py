@@ -35,6 +35,11 @@ default all, in this order):
   launch fastest over the three row counts becomes dense_gemv.LAUNCHES[shape] for the rest of the run (and
   is printed, to be kept there); then the Qwen3-0.6B draft step (dense head, graphed, context 300) with
   the route off and on, against its floor, with the kernels one eager step launches.
+- `draft-persistent`: the Qwen3-0.6B draft step (dense head, one graph replay) at contexts 300 and 4,000
+  through the fused kernels (7 launches a layer) and through model/persistent_body.py (one launch for
+  the body), against the floor, each with the largest difference of its hidden state from the fused
+  kernels' at the same step (`max_abs_diff`, bfloat16 rounding apart) and, for the persistent kernel,
+  its phases' times from one traced step (`phases_us`).
 Needs a CUDA GPU with room for the AWQ Qwen3-32B with its repacked planes (about 40 GB) and triton.
 Writes --out (JSON): `env`, `routes` and `rows`, each with route, setting, shape or context, the timing, and
 `tflops` or `floor_ms` where they apply.
@@ -44,11 +49,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from model import awq_prefill, dense_gemv, fused_ops
+from model import awq_prefill, dense_gemv, fused_ops, persistent_body
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -81,7 +87,16 @@ from .timing import (
 )
 
 COMMAND = "python -m measure.routes"
-ROUTES = ("awq-dequant", "awq-gemm", "awq-prefill", "target-attention", "draft-attention", "draft-layer", "draft-gemv")
+ROUTES = (
+    "awq-dequant",
+    "awq-gemm",
+    "awq-prefill",
+    "target-attention",
+    "draft-attention",
+    "draft-layer",
+    "draft-gemv",
+    "draft-persistent",
+)
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
     for block_in in (8, 16, 32, 64)
@@ -267,10 +282,33 @@ def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
 
 
-def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+def draft_persistent_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The draft step (dense head, graphed) through the fused kernels and through the persistent kernel."""
+    settings = {
+        "fused kernels": lambda model: persistent_body.attach(model, False),
+        "persistent": lambda model: persistent_body.attach(model, True),
+    }
+
+    def phases(model, step) -> dict:
+        return {} if model.persistent_body is None else {"phases_us": model.persistent_body.trace(*step)}
+
+    return draft_step_rows("draft-persistent", settings, device, reps, bandwidth_gbs, compare=True, details=phases)
+
+
+def draft_step_rows(
+    route: str,
+    settings: dict,
+    device: torch.device,
+    reps: int,
+    bandwidth_gbs: float,
+    compare: bool = False,
+    details: Callable | None = None,
+) -> list[dict]:
     """The Qwen3-0.6B draft step (dense head, one graph replay) at contexts CONTEXT and LONG_CONTEXT under
     each setting (name -> a function that sets it on the model), against the step's floor; the model and
-    fused_ops are left at their defaults."""
+    fused_ops are left at their defaults. `compare`: each row also gives the largest difference of the
+    step's hidden state from the first setting's (`max_abs_diff`), one step at the context, caches alike;
+    `details(model, step)`: more fields for the row, after the timing."""
     model = load_draft_long(device)
     head = DenseHead(model.head_weight)
     defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
@@ -281,10 +319,16 @@ def draft_step_rows(route: str, settings: dict, device: torch.device, reps: int,
         floor = floor_ms(
             weights + kv_cache_bytes(model.config, context, model.head_weight.element_size()), bandwidth_gbs
         )
+        first = None
         for setting, apply in settings.items():
             apply(model)
+            row = {"route": route, "setting": setting, "context": context}
+            if compare:
+                hidden = model.forward_hidden(*steps[0]).float()
+                first = hidden if first is None else first
+                row["max_abs_diff"] = (hidden - first).abs().max().item()
             timing = time_op(GraphedCall(draft_step(model, head)), steps, device, reps=reps)
-            rows.append({"route": route, "setting": setting, "context": context, **timing, "floor_ms": floor})
+            rows.append({**row, **timing, "floor_ms": floor, **(details(model, steps[0]) if details else {})})
     model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK = defaults
     return rows
 
@@ -441,6 +485,11 @@ def format_row(row: dict) -> str:
         extra += f", floor {row['floor_ms']:.3f} ms ({row['floor_ms'] / row['median_ms']:.0%} of bandwidth)"
     if "kernels_per_step" in row:
         extra += f", {row['kernels_per_step']} kernels a step ({row['layers']} layers)"
+    if "max_abs_diff" in row:
+        extra += f", hidden max |diff| {row['max_abs_diff']:.3g}"
+    if "phases_us" in row:
+        phases = "; ".join(f"{name} {t['work_us']:.1f} + {t['wait_us']:.1f}" for name, t in row["phases_us"].items())
+        extra += f"\n    a layer's phases, work + barrier (us, medians over layers): {phases}"
     return (
         f"{row['route']:16s} {row['setting']:16s} {where:24s} {row['median_ms']:9.3f} ms "
         f"[p10 {row['p10_ms']:.3f}, p90 {row['p90_ms']:.3f}]{extra}"
@@ -467,6 +516,7 @@ def main(argv=None) -> int:
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
+            "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

@@ -36,7 +36,6 @@ from collections.abc import Callable
 
 import torch
 
-from model import dense_gemv
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -44,6 +43,7 @@ from model.flashhead import Clustering, build_clustering
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
+from model.pair import draft_routes
 
 from .benchmarks import copy_bandwidth_gbs
 from .hf_eager import time_hf_forward
@@ -75,9 +75,9 @@ HF_NEW_TOKENS = {DRAFT: [1], TARGET: [1, 4, 8]}
 
 def load_draft(device: torch.device, kernels: str | None = None):
     """The synthetic Qwen3-0.6B draft in bf16 with a CACHE_SLOTS cache (its `Loaded`), on the drafts'
-    default projection route (model/dense_gemv.py)."""
+    default speed routes (model.pair.draft_routes)."""
     loaded = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels=kernels)
-    dense_gemv.attach(loaded.model, dense_gemv.DRAFT_ROWS)
+    draft_routes(loaded.model)
     return loaded
 
 

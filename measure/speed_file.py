@@ -39,13 +39,13 @@ import torch
 
 from contracts.cli import OneLineParser
 from contracts.files import write_atomic
-from model import dense_gemv
 from model.cli import run_torch_command
 from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
+from model.pair import draft_routes
 
 from .benchmarks import copy_bandwidth_gbs
 from .hf_eager import time_hf_forward
@@ -124,9 +124,9 @@ def draft_measurements(device: torch.device, reps: int, bandwidth_gbs: float) ->
 
 def load_draft_long(device: torch.device):
     """The synthetic Qwen3-0.6B draft, bf16, fused kernels, with room for the long context, on the
-    drafts' default projection route (model/dense_gemv.py)."""
+    drafts' default speed routes (model.pair.draft_routes)."""
     model = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, CACHE_SLOTS, kernels="fused").model
-    dense_gemv.attach(model, dense_gemv.DRAFT_ROWS)
+    draft_routes(model)
     return model
 
 

@@ -12,7 +12,7 @@ from contracts import PLACEMENTS, UsageError
 from contracts.heads import HeadSpec, check_assets, parse_head
 from contracts.names import TENSOR_PARALLEL_PLACEMENT, tensor_parallel_size
 from contracts.trees import CHAIN, TreeShape
-from model import dense_gemv, tensor_parallel
+from model import dense_gemv, persistent_body, tensor_parallel
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder, cache_room
 from model.flashhead import Clustering, build_clustering, load_assets
@@ -224,7 +224,7 @@ def load_pair(
         loaded_draft = Loaded(stand_in, loaded_target.tokenizer, {"name": draft, "weights": weights, "stand_in": True})
     elif draft is not None:
         loaded_draft = load_model(draft, draft_device, dtype, seed + 1, max_seq_len=max_seq_len, kernels=kernels)
-        dense_gemv.attach(loaded_draft.model, dense_gemv.DRAFT_ROWS)
+        draft_routes(loaded_draft.model)
         check_compatible(
             loaded_target.tokenizer,
             loaded_draft.tokenizer,
@@ -232,3 +232,11 @@ def load_pair(
             loaded_draft.model.config.vocab_size,
         )
     return Pair(loaded_target, loaded_draft, placement, seed, clustering, head_assets, tensor_parallel=ranks)
+
+
+def draft_routes(model) -> None:
+    """A draft's default speed routes: the GEMV for few rows (model/dense_gemv.py) and the persistent
+    kernel for one-token steps (model/persistent_body.py). Only drafts: they propose, so their rounding
+    cannot change an output."""
+    dense_gemv.attach(model, dense_gemv.DRAFT_ROWS)
+    persistent_body.attach(model, persistent_body.DRAFT_PERSISTENT)

@@ -264,6 +264,7 @@ class Transformer(nn.Module):
         self.attention_split_slots = fused_ops.split_slots_for(config.n_heads, config.n_kv_heads)
         self.qkv_in_attention = True  # decode widths: q/k norms, RoPE, cache write in the attention (qkv_attention)
         self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
+        self.persistent_body = None  # one-token forwards in one kernel (model/persistent_body.py, attach)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -382,7 +383,10 @@ class Transformer(nn.Module):
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
         """forward_hidden in a few launches per layer (model/fused_ops.py): at decode widths the q/k norms,
         RoPE and cache write run inside the attention kernel, otherwise in their own; each residual add is
-        fused into the next norm."""
+        fused into the next norm. A one-token forward without a tree takes the persistent kernel where
+        one is attached (model/persistent_body.py)."""
+        if self.persistent_body is not None and tokens.shape[1] == 1 and tree is None:
+            return self.persistent_body.forward(tokens, pos)
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         qk_norms = self.config.qk_norm
