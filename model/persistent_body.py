@@ -23,7 +23,7 @@ that phase: the wait and the phase before overlap their arrival. A GEMV tile is 
 whole input] (masked up to a power of two), summed in float32 on the CUDA cores (`phase_launch`).
 Tried and not kept (measure.routes' route `draft-persistent`, one H200): each program asking L2 for
 its slices of the layer's later weights as the attention starts (Hopper's bulk prefetch) made the
-attention phase 2-3x slower, its loads queued behind the prefetches, and the GEMVs barely faster;
+attention phase 1.6-3.3x slower, its loads queued behind the prefetches, and the GEMVs barely faster;
 all of a phase's weights loaded ahead (up to 65,536 elements a program, at 16 warps) spilled registers
 and made the phase before it wait for them.
 

@@ -18,7 +18,7 @@ def test_routes_parse_in_their_fixed_order():
     with pytest.raises(
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, target-attention, "
-        r"draft-attention, draft-layer, draft-gemv or all\)$",
+        r"draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -27,7 +27,8 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-prefill, "
-        "target-attention, draft-attention, draft-layer, draft-gemv or all) (see python -m measure.routes --help)"
+        "target-attention, draft-attention, draft-layer, draft-gemv, draft-persistent or all) "
+        "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
 
@@ -49,6 +50,13 @@ def test_rows_format_with_their_units():
     assert routes.format_row(step).endswith("floor 0.500 ms (25% of bandwidth)")
     counted = routes.format_row({**step, "kernels_per_step": 290, "layers": 28})
     assert counted.endswith("(25% of bandwidth), 290 kernels a step (28 layers)")
+    phases = {"q/k/v": {"work_us": 2.0, "wait_us": 0.8}, "attention": {"work_us": 7.44, "wait_us": 0.75}}
+    traced = routes.format_row({**step, "max_abs_diff": 0.156, "phases_us": phases}).splitlines()
+    assert traced[0].endswith("(25% of bandwidth), hidden max |diff| 0.156")
+    assert (
+        traced[1]
+        == "    a layer's phases, work + barrier (us, medians over layers): q/k/v 2.0 + 0.8; attention 7.4 + 0.8"
+    )
     prefill = {
         "route": "awq-prefill",
         "setting": "on",

@@ -84,6 +84,26 @@ def test_a_program_loads_its_columns_of_a_phase_ahead_within_the_register_budget
     assert persistent_body.phase_launch(8192, 2048, 132, halves=2) is None  # Llama-3.2-1B's gate/up
 
 
+def test_phase_times_are_the_slowest_program_and_the_barriers_own_latency():
+    """Two programs, two layers: program 1 arrives 1 us after program 0 at every barrier, both leave
+    0.5 us after the last arrival; phase k of layer l runs from the barrier before (layer 0's q/k/v has none)."""
+    barriers = 2 * persistent_body.PHASES
+    stamps = torch.zeros((2, barriers, 2), dtype=torch.int64)
+    durations = [3_000, 7_000, 2_000, 5_000, 1_000] * 2  # ns from leaving the barrier before to arriving
+    clock = 0
+    for barrier, duration in enumerate(durations):
+        clock += duration
+        stamps[0, barrier, 0], stamps[1, barrier, 0] = clock - 1_000, clock
+        stamps[:, barrier, 1] = clock + 500
+        clock += 500
+    times = persistent_body.phase_times(stamps)
+    assert list(times) == list(persistent_body.PHASE_NAMES)
+    assert [t["work_us"] for t in times.values()] == [3.0, 7.0, 2.0, 5.0, 1.0]
+    assert all(t["wait_us"] == 0.5 for t in times.values())
+    stamps[1, 0, 0] += 10_000_000  # layer 0's q/k/v has no barrier before it: left out
+    assert persistent_body.phase_times(stamps)["q/k/v"]["work_us"] == 3.0
+
+
 def test_a_draft_on_the_persistent_step_keeps_speculative_output_target_greedy(monkeypatch):
     monkeypatch.setattr(dense_gemv, "DRAFT_ROWS", None)
     monkeypatch.setattr(persistent_body, "DRAFT_PERSISTENT", True)
