@@ -310,6 +310,7 @@ def draft_step_rows(
     step's hidden state from the first setting's (`max_abs_diff`), one step at the context, caches alike;
     `details(model, step)`: more fields for the row, after the timing."""
     model = load_draft_long(device)
+    persistent_body.attach(model, False)  # the fused kernels' settings (draft-persistent's attach it again)
     head = DenseHead(model.head_weight)
     defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
@@ -433,8 +434,10 @@ def fastest_gemv_launch(shape_rows: list[dict]) -> dict:
 
 
 def draft_gemv_step_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The Qwen3-0.6B draft step (dense head, graphed, CONTEXT) with the GEMV route off and on."""
+    """The Qwen3-0.6B draft step (dense head, graphed, CONTEXT) on the fused kernels with the GEMV route off
+    and on."""
     model = load_draft_long(device)
+    persistent_body.attach(model, False)
     head = DenseHead(model.head_weight)
     steps = [(torch.tensor([[t]], device=device), torch.tensor([CONTEXT], device=device)) for t in STEP_TOKENS]
     weights = model.body_parameters_bytes() + head.bytes_per_call()

@@ -2,7 +2,9 @@
 
 Why: a step that reaches a third of the bandwidth floor is a chain of a few hundred short kernels, and a
 change to one kernel shows in the step only as much as that kernel's share of it. This command replays
-the Qwen3-0.6B draft step (fused kernels, dense head, one graph) at contexts 300 and 4,000 and the AWQ
+the Qwen3-0.6B draft step (the drafts' default routes, so its body is one persistent kernel, whose
+phases `python -m measure.routes --routes draft-persistent` times; dense head, one graph) at contexts
+300 and 4,000 and the AWQ
 Qwen3-32B target step (the decoder's width) at context 300 under torch's profiler, and gives per kernel
 name its calls a step, its median duration and its total, and per step the span from the first kernel's
 start to the last one's end, the kernels' summed durations (busy) and the count:
