@@ -219,7 +219,7 @@ def phase_times(stamps: torch.Tensor) -> dict[str, dict[str, float]]:
     """Each phase's medians over the layers (microseconds) from a traced step's stamps [programs,
     barriers, 2]: `work`, from the first program leaving the barrier before to the last arriving at the
     one after (layer 0's q/k/v, with no barrier before, is left out), and `wait`, from that last
-    arrival to the first program leaving (what the barrier itself costs)."""
+    arrival to the first program leaving (the barrier's own cost, the next phase's weights issued in it)."""
     arrive, leave = stamps[..., 0].double(), stamps[..., 1].double()
     last_arrival, first_leave = arrive.max(0).values, leave.min(0).values
     wait = (first_leave - last_arrival) / 1e3
@@ -259,22 +259,28 @@ if triton is not None:
         return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
     @triton.jit
-    def _grid_barrier(counter_ptr, stamps_ptr, done, programs, TRACE: tl.constexpr):
-        """The grid's barrier after `done` others: wait until every program has arrived, so that every
-        program's writes before are visible to this one's reads after; returns done + 1. TRACE: the clock
-        at arrival and at leaving, in this program's stamps [barrier, 2]."""
-        arrivals = (done + 1) * programs
-        stamp = stamps_ptr + done * 2
+    def _arrive(counter_ptr, stamps_ptr, done, TRACE: tl.constexpr):
+        """This program's arrival at the grid's barrier after `done` others: its writes before are released
+        to every program that leaves the barrier. Split from `_leave` so that a program loads its next
+        weights between the two: thread 0's release would otherwise wait for its share of them. TRACE: the
+        clock at arrival, in this program's stamps [barrier, 2]."""
         if TRACE:
-            tl.store(stamp, _now())
+            tl.store(stamps_ptr + done * 2, _now())
         tl.debug_barrier()
         tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+    @triton.jit
+    def _leave(counter_ptr, stamps_ptr, done, programs, TRACE: tl.constexpr):
+        """Wait until every program has arrived at the barrier after `done` others, so that their writes
+        before it are visible to this program's reads after; returns done + 1. TRACE: the clock when it
+        leaves."""
+        arrivals = (done + 1) * programs
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         while seen < arrivals:
             seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
         if TRACE:
-            tl.store(stamp + 1, _now())
+            tl.store(stamps_ptr + done * 2 + 1, _now())
         return done + 1
 
     @triton.jit
@@ -544,7 +550,8 @@ if triton is not None:
             x = _normed(h, input_norm_ptr + layer * HIDDEN, eps, delta_ptr, HIDDEN)
             qkv_w = qkv_w_ptr + layer * QKV_N * HIDDEN
             _project(x, qkv_w, qkv_tile, qkv_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
-            done = _grid_barrier(counter_ptr, stamps, done, programs, TRACE)
+            _arrive(counter_ptr, stamps, done, TRACE)
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             k_cache = kv_ptr + layer * layer_cache
             _attention_items(
                 qkv_ptr,
@@ -573,26 +580,30 @@ if triton is not None:
                 BLOCK_M,
                 NORM,
             )
+            _arrive(counter_ptr, stamps, done, TRACE)
             o_tile = _phase_tile(o_w, pid, programs, 0, HIDDEN, HEADS_WIDTH, O[0], O[1], HEADS_WIDTH)
-            done = _grid_barrier(counter_ptr, stamps, done, programs, TRACE)
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             heads = tl.load(attention_ptr + tl.arange(0, HEADS_WIDTH), cache_modifier=".cg").to(tl.float32)
             _project(heads, o_w, o_tile, delta_ptr, pid, programs, HIDDEN, HEADS_WIDTH, O, HEADS_WIDTH)
+            _arrive(counter_ptr, stamps, done, TRACE)
             gate_tile = _phase_tile(gate_up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
             up_w = gate_up_w + I * HIDDEN
             up_tile = _phase_tile(up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
-            done = _grid_barrier(counter_ptr, stamps, done, programs, TRACE)
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             h = _updated(h, delta_ptr, HIDDEN)
             x = _normed(h, post_norm_ptr + layer * HIDDEN, eps, delta_ptr, HIDDEN)
             _project_swiglu(x, gate_up_w, gate_tile, up_tile, act_ptr, pid, programs, I, GATE_UP, HIDDEN)
+            _arrive(counter_ptr, stamps, done, TRACE)
             down_tile = _phase_tile(down_w, pid, programs, 0, HIDDEN, I, DOWN[0], DOWN[1], INTER_WIDTH)
-            done = _grid_barrier(counter_ptr, stamps, done, programs, TRACE)
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             k = tl.arange(0, INTER_WIDTH)
             act = tl.load(act_ptr + k, mask=k < I, other=0.0, cache_modifier=".cg").to(tl.float32)
             _project(act, down_w, down_tile, delta_ptr, pid, programs, HIDDEN, I, DOWN, INTER_WIDTH)
+            _arrive(counter_ptr, stamps, done, TRACE)
             next_qkv = qkv_w_ptr + (layer + 1) * QKV_N * HIDDEN
             next_columns = tl.where(layer + 1 < LAYERS, QKV_N, 0)  # the last layer: none
             qkv_tile = _phase_tile(next_qkv, pid, programs, 0, next_columns, HIDDEN, QKV[0], QKV[1], HIDDEN)
-            done = _grid_barrier(counter_ptr, stamps, done, programs, TRACE)
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
         if pid == 0:
             h = _updated(h, delta_ptr, HIDDEN)
             tl.store(out_ptr + hidden, _normed(h, final_norm_ptr, eps, out_ptr, HIDDEN).to(out_ptr.dtype.element_ty))
