@@ -65,13 +65,15 @@ DRAFT_PERSISTENT = True
 
 def covers(model) -> bool:
     """Whether the kernel can run `model`'s one-token steps: a dense model on the fused kernels whose
-    hidden size and head size are powers of two (a tile spans the whole input)."""
+    hidden size and head size are powers of two (a tile spans the whole input) and whose KV heads serve
+    at most ATTENTION_BLOCK_M query heads each."""
     config = model.config
     return (
         model.kernels == "fused"
         and config.quant != "awq"
         and _power_of_two(config.hidden_size)
         and _power_of_two(config.head_dim)
+        and config.n_heads // config.n_kv_heads <= ATTENTION_BLOCK_M
     )
 
 
@@ -103,13 +105,33 @@ def phase_launch(out_features: int, in_features: int, programs: int, halves: int
     return -columns, ahead, after
 
 
+def phase_launches(config, programs: int) -> dict[str, tuple[int, int, int]] | None:
+    """phase_launch of each GEMV phase of `config`'s layers, by name; None where one does not fit."""
+    heads_width = config.n_heads * config.head_dim
+    shapes = {  # (out, in) of each phase's weight (gate/up: of its gate and of its up half)
+        "qkv": (heads_width + 2 * config.n_kv_heads * config.head_dim, config.hidden_size),
+        "o": (config.hidden_size, heads_width),
+        "gate_up": (config.intermediate_size, config.hidden_size),
+        "down": (config.hidden_size, config.intermediate_size),
+    }
+    launches = {
+        name: phase_launch(out, width, programs, 2 if name == "gate_up" else 1) for name, (out, width) in shapes.items()
+    }
+    return None if None in launches.values() else launches
+
+
+def program_count(device: torch.device) -> int:
+    """One program per SM (on the interpreter, which runs programs one after another, one in all)."""
+    return 1 if INTERPRETED else torch.cuda.get_device_properties(device).multi_processor_count
+
+
 class PersistentBody:
     """The stacked weights and scratch buffers of one model's persistent step (made by `attach`)."""
 
-    def __init__(self, model):
+    def __init__(self, model, programs: int, launches: dict[str, tuple[int, int, int]]):
         config, device = model.config, model.embed_tokens.weight.device
         layers = model.layers
-        self.model = model
+        self.model, self.programs, self.launches = model, programs, launches
         self.qkv = _stacked([layer.self_attn.qkv_proj for layer in layers])
         self.o = _stacked([layer.self_attn.o_proj for layer in layers])
         self.gate_up = _stacked([layer.mlp.gate_up_proj for layer in layers])
@@ -121,7 +143,6 @@ class PersistentBody:
             self.k_norms = _stacked([layer.self_attn.k_norm for layer in layers])
         else:  # never read (NORM off): any pointer of the dtype
             self.q_norms = self.k_norms = self.input_norms
-        self.programs = 1 if INTERPRETED else torch.cuda.get_device_properties(device).multi_processor_count
         dtype = self.qkv.dtype
         heads_width = config.n_heads * config.head_dim
         self.qkv_out = torch.empty(self.qkv.shape[1], device=device, dtype=dtype)
@@ -130,17 +151,6 @@ class PersistentBody:
         self.delta = torch.zeros(config.hidden_size, device=device, dtype=dtype)
         self.counters = torch.zeros(2, device=device, dtype=torch.int32)  # barrier arrivals, programs out
         self.tickets = torch.zeros(config.n_kv_heads, device=device, dtype=torch.int32)
-        shapes = {  # (out, in) of each GEMV phase's weight (gate/up: of its gate and of its up half)
-            "qkv": (self.qkv.shape[1], config.hidden_size),
-            "o": (config.hidden_size, heads_width),
-            "gate_up": (config.intermediate_size, config.hidden_size),
-            "down": (config.hidden_size, config.intermediate_size),
-        }
-        self.launches = {
-            name: phase_launch(out, width, self.programs, 2 if name == "gate_up" else 1)
-            for name, (out, width) in shapes.items()
-        }
-        self.fits = None not in self.launches.values()
         rows = config.n_kv_heads * (config.n_heads // config.n_kv_heads) * MAX_SPLITS
         self.sums = torch.empty((rows, config.head_dim), device=device, dtype=torch.float32)
         self.stats = torch.empty((rows, 2), device=device, dtype=torch.float32)
@@ -247,8 +257,12 @@ def attach(model, on: bool | None = DRAFT_PERSISTENT) -> None:
     """Gives `model` (a Transformer) the persistent step for its one-token forwards, where `covers` says
     it can run and each phase's weights fit a program (otherwise, or with `on` false, the fused kernels
     run them)."""
-    body = PersistentBody(model) if on and covers(model) else None
-    model.persistent_body = body if body is not None and body.fits else None
+    model.persistent_body = None
+    if on and covers(model):
+        programs = program_count(model.embed_tokens.weight.device)
+        launches = phase_launches(model.config, programs)
+        if launches is not None:
+            model.persistent_body = PersistentBody(model, programs, launches)
 
 
 if triton is not None:

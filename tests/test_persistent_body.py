@@ -10,6 +10,7 @@ from model.decoder import Decoder
 from model.heads import DenseHead
 from model.loading import load_model
 from model.pair import load_pair
+from model.presets import PRESETS
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(
@@ -82,6 +83,13 @@ def test_a_program_loads_its_columns_of_a_phase_ahead_within_the_register_budget
     assert persistent_body.phase_launch(1024, 3072, 132) == (8, 1, 0)  # down: inputs padded to 4,096
     assert persistent_body.phase_launch(96, 16, 1) == (32, 2, 1)  # one program: 96 columns, not a block of 128
     assert persistent_body.phase_launch(8192, 2048, 132, halves=2) is None  # Llama-3.2-1B's gate/up
+    assert persistent_body.phase_launches(PRESETS["qwen3-0.6b"], 132) == {
+        "qkv": (32, 1, 0),
+        "o": (8, 1, 0),
+        "gate_up": (8, 2, 1),
+        "down": (8, 1, 0),
+    }
+    assert persistent_body.phase_launches(PRESETS["llama-3.2-1b"], 132) is None  # its draft keeps the fused kernels
 
 
 def test_phase_times_are_the_slowest_program_and_the_barriers_own_latency():
