@@ -18,8 +18,9 @@ layer the phases are separated by grid barriers instead of launches:
 5. down_proj's column blocks (the next update).
 
 Weights do not depend on the activations, so each program loads its weights for a phase (as many as
-MAX_AHEAD_ELEMENTS allows; the rest as the phase starts) before it waits at the barrier in front of
-that phase: the wait and the phase before overlap their arrival. A GEMV tile is [blocks, columns, the
+MAX_AHEAD_ELEMENTS allows; the rest as the phase starts) between its arrival at the barrier in front of
+that phase and its wait there: the wait overlaps their arrival (loaded before the arrival, they held it
+back, since thread 0's release waits for that thread's loads). A GEMV tile is [blocks, columns, the
 whole input] (masked up to a power of two), summed in float32 on the CUDA cores (`phase_launch`).
 Tried and not kept (measure.routes' route `draft-persistent`, one H200): each program asking L2 for
 its slices of the layer's later weights as the attention starts (Hopper's bulk prefetch) made the
@@ -37,7 +38,7 @@ Triton's interpreter runs programs one after another: there the grid is one prog
 every work item, and the CPU tests check the kernel's values against the fused kernels that way (the
 GPU tests, with a program per SM, also the splits and barriers).
 
-Only drafts take it (`attach`, from model/pair.py and the speed commands), for forwards of one token
+Only drafts take it (`attach`, through model.pair.draft_routes and the speed commands), for forwards of one token
 without a tree: the draft only proposes, so its rounding cannot change any output. Numerics follow
 fused_ops (float32 sums, rounded to the dtype where torch rounds), but GEMV sums run in another order.
 Where the kernels run: model/triton_support.py.
