@@ -32,7 +32,7 @@ def test_a_step_is_the_fused_kernels_step_and_writes_the_same_cache(name):
     prompt = torch.randint(0, 512, (1, 62), generator=torch.Generator().manual_seed(0)).to(DEVICE)
     positions = torch.arange(62, device=DEVICE)
     assert torch.equal(persistent.forward_hidden(prompt, positions), fused.forward_hidden(prompt, positions))
-    for position in (62, 63, 64, 65):  # the last slot of the first split, the first of the second
+    for position in (62, 63, 64, 65):  # on a GPU, splits of 32 slots: 63 ends the second, 64 starts a third
         token = torch.tensor([[position * 7 % 512]], device=DEVICE)
         at = torch.tensor([position], device=DEVICE)
         want = fused.forward_hidden(token, at)
