@@ -282,6 +282,14 @@ def draft_layer_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return draft_step_rows("draft-layer", settings, device, reps, bandwidth_gbs)
 
 
+def load_fused_draft(device: torch.device):
+    """The speed file's draft with its one-token steps on the fused kernels (the persistent step
+    detached): what the draft routes' settings change."""
+    model = load_draft_long(device)
+    persistent_body.attach(model, False)
+    return model
+
+
 def draft_persistent_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The draft step (dense head, graphed) through the fused kernels and through the persistent kernel."""
     settings = {
@@ -309,8 +317,7 @@ def draft_step_rows(
     fused_ops are left at their defaults. `compare`: each row also gives the largest difference of the
     step's hidden state from the first setting's (`max_abs_diff`), one step at the context, caches alike;
     `details(model, step)`: more fields for the row, after the timing."""
-    model = load_draft_long(device)
-    persistent_body.attach(model, False)  # the fused kernels' settings (draft-persistent's attach it again)
+    model = load_fused_draft(device)  # draft-persistent's settings attach the persistent step again
     head = DenseHead(model.head_weight)
     defaults = (model.attention_split_slots, model.qkv_in_attention, fused_ops.COMBINE_CHUNK)
     rows = []
@@ -436,8 +443,7 @@ def fastest_gemv_launch(shape_rows: list[dict]) -> dict:
 def draft_gemv_step_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The Qwen3-0.6B draft step (dense head, graphed, CONTEXT) on the fused kernels with the GEMV route off
     and on."""
-    model = load_draft_long(device)
-    persistent_body.attach(model, False)
+    model = load_fused_draft(device)
     head = DenseHead(model.head_weight)
     steps = [(torch.tensor([[t]], device=device), torch.tensor([CONTEXT], device=device)) for t in STEP_TOKENS]
     weights = model.body_parameters_bytes() + head.bytes_per_call()
