@@ -21,6 +21,12 @@ default all, in this order):
 - `target-attention`: the AWQ Qwen3-32B target step (the decoder's width of measure.speed.TARGET_K + 1 tokens, one graph
   replay) at contexts 300 and 4,000 with split-KV off and at each of TARGET_SPLIT_CHOICES slots per
   program, against its floor; fused_ops.split_slots_for gives it WIDE_GROUP_SPLIT_SLOTS.
+- `target-kernels`: the same target step with the settings of TARGET_KERNEL_SETTINGS all off, then turned
+  on one after another: the int4 GEMM letting the next kernel launch after its main loop
+  (awq_triton.SIGNAL_NEXT), a row block within one attention split writing its output without the merge
+  (fused_ops.DIRECT_ONE_SPLIT), and SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up,
+  the planes repacked), each row with its hidden states' largest difference from all off (`max_abs_diff`:
+  0 where the bits are the same).
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
@@ -54,7 +60,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from model import awq_prefill, dense_gemv, fused_ops, persistent_body
+from model import awq_prefill, awq_triton, dense_gemv, fused_ops, persistent_body
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -92,6 +98,7 @@ ROUTES = (
     "awq-gemm",
     "awq-prefill",
     "target-attention",
+    "target-kernels",
     "draft-attention",
     "draft-layer",
     "draft-gemv",
@@ -107,6 +114,7 @@ GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
 TARGET_SPLIT_CHOICES = (None, 128, 256, 512, 1024)
+TARGET_KERNEL_SETTINGS = ("signal next", "direct one split", "swiglu in gemm")  # target-kernels' steps, in order
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
 GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
@@ -245,24 +253,71 @@ def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
 
 
 def target_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
-    """The AWQ Qwen3-32B target step (the decoder's fixed width, graphs) at contexts CONTEXT and
-    LONG_CONTEXT with split-KV off and at each of TARGET_SPLIT_CHOICES slots per program, against its
-    floor (weights, head and the key-value cache read)."""
+    """The target step with split-KV off and at each of TARGET_SPLIT_CHOICES slots per program."""
+
+    def split(slots):
+        return lambda model: setattr(model, "attention_split_slots", slots)
+
+    settings = {"off" if slots is None else f"split {slots}": split(slots) for slots in TARGET_SPLIT_CHOICES}
+    return target_step_rows("target-attention", settings, device, reps, bandwidth_gbs)
+
+
+def target_kernel_choices() -> dict[str, tuple[bool, ...]]:
+    """target-kernels' settings: all off, then each of TARGET_KERNEL_SETTINGS turned on after the ones before."""
+    count = len(TARGET_KERNEL_SETTINGS)
+    names = ("all off", *TARGET_KERNEL_SETTINGS)
+    return {name: tuple(index < on for index in range(count)) for on, name in enumerate(names)}
+
+
+def set_target_kernels(model, signal_next: bool, direct_one_split: bool, swiglu_in_gemm: bool) -> None:
+    """One of target_kernel_choices on an AWQ model on the fused kernels."""
+    awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT = signal_next, direct_one_split
+    for layer in model.layers:
+        gate_up = layer.mlp.gate_up_proj
+        if gate_up.gate_up != swiglu_in_gemm:  # its planes repacked in the other column order
+            gate_up.gate_up = swiglu_in_gemm
+            gate_up.select_kernel("triton", dtype=torch.bfloat16)
+
+
+def target_kernel_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The target step under each of target_kernel_choices."""
+    settings = {
+        name: lambda model, choice=choice: set_target_kernels(model, *choice)
+        for name, choice in target_kernel_choices().items()
+    }
+    return target_step_rows("target-kernels", settings, device, reps, bandwidth_gbs, compare=True)
+
+
+def target_step_rows(
+    route: str, settings: dict, device: torch.device, reps: int, bandwidth_gbs: float, compare: bool = False
+) -> list[dict]:
+    """The AWQ Qwen3-32B target step (the decoder's fixed width, one graph replay) at contexts CONTEXT
+    and LONG_CONTEXT under each setting (name -> a function that sets it on the model), against its floor
+    (weights, head and the key-value cache read); the model and the kernels' settings are left at their
+    defaults. `compare`: each row also gives the largest difference of a one-token forward's hidden state
+    from the first setting's (`max_abs_diff`), at the context, caches alike."""
     model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, LONG_CONTEXT + 200).model
-    default, rows = model.attention_split_slots, []
+    defaults = (model.attention_split_slots, awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT)
+    swiglu_default = model.layers[0].mlp.gate_up_proj.gate_up
+    rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         kv_bytes = kv_cache_bytes(model.config, context, model.head_weight.element_size())
         floor = floor_ms(model.body_parameters_bytes() + model.head_bytes() + kv_bytes, bandwidth_gbs)
         vocab = model.config.vocab_size
         steps = [(torch.randint(0, vocab, (1, 1), device=device), torch.tensor([context], device=device))] * 3
-        for slots in TARGET_SPLIT_CHOICES:
-            model.attention_split_slots = slots
-            timing = time_op(Decoder(model, K=TARGET_K).target_forward, steps, device, reps=reps)
-            setting = "off" if slots is None else f"split {slots}"
-            rows.append(
-                {"route": "target-attention", "setting": setting, "context": context, **timing, "floor_ms": floor}
-            )
-    model.attention_split_slots = default
+        first = None
+        for setting, apply in settings.items():
+            apply(model)
+            decoder = Decoder(model, K=TARGET_K)
+            row = {"route": route, "setting": setting, "context": context}
+            if compare:
+                hidden = model.forward_hidden(*steps[0]).float()
+                first = hidden if first is None else first
+                row["max_abs_diff"] = (hidden - first).abs().max().item()
+            timing = time_op(decoder.target_forward, steps, device, reps=reps)
+            rows.append({**row, **timing, "floor_ms": floor})
+    model.attention_split_slots = defaults[0]
+    set_target_kernels(model, *defaults[1:], swiglu_default)
     return rows
 
 
@@ -523,6 +578,7 @@ def main(argv=None) -> int:
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
+            "target-kernels": lambda: target_kernel_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import awq_prefill, awq_triton, triton_support
+from model import awq_prefill, awq_triton, fused_ops, triton_support
 
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 _NIBBLE_OF_COLUMN = tuple(AWQ_PACK_ORDER.index(column) for column in range(8))
@@ -89,6 +89,10 @@ class AWQLinear(nn.Module):
         self.register_buffer("scales", torch.zeros(groups, out_features, dtype=torch.float16))
         self.kernel: str | None = None
         self._run: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # a merged gate/up layer (Transformer.use_fused_kernels sets it before the kernel is chosen): the
+        # Triton kernel's planes then pair gate and up columns, so that `swiglu` forms silu(gate) * up in it
+        self.gate_up = False
+        self._swiglu_run: Callable[[torch.Tensor], torch.Tensor] | None = None
         # many-row inputs (prefill): dequantize into a buffer shared by the model's layers, then cuBLAS
         self.prefill_rows: int | None = None  # set with the buffer by model/awq_prefill.attach
         self.prefill_buffer: torch.Tensor | None = None
@@ -97,11 +101,23 @@ class AWQLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, group={self.group_size}, kernel={self.kernel}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features:
+        if self._prefills(x):
             return awq_prefill.dense_matmul(self, x)
         if self._run is None:
             self.select_kernel(dtype=x.dtype)
         return self._run(x)
+
+    def swiglu(self, x: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up [..., out / 2] of a gate/up layer's output (gate, then up): inside the Triton
+        GEMM's last split where it runs (the same bits), else fused_ops.silu_mul after the forward."""
+        if self._run is None:
+            self.select_kernel(dtype=x.dtype)
+        if self._swiglu_run is None or self._prefills(x):
+            return fused_ops.silu_mul(self(x))
+        return self._swiglu_run(x)
+
+    def _prefills(self, x: torch.Tensor) -> bool:
+        return self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -177,6 +193,7 @@ class AWQLinear(nn.Module):
                 )
                 continue
             self.kernel, self._run = name, run
+            self._swiglu_run = getattr(run, "swiglu", None)
             return name
         raise AssertionError("the dequant kernel always works")
 
@@ -232,15 +249,24 @@ class AWQLinear(nn.Module):
 
         # The weights repacked (the int4 codes twice in memory, as int4pack's repack also costs), and
         # split-K tickets for up to 4 row blocks (256 rows at 64 per block), both kept for every call.
+        # A gate/up layer's planes pair its columns (awq_triton.swiglu_order): `run` puts them back in order.
         planes = awq_triton.pack_planes(
-            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size
+            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size, swiglu=self.gate_up
         )
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
+        in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if self.gate_up else None
 
         def run(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets)
+            y = y if in_order is None else y[:, in_order]
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
+        def swiglu(x):
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
+            return y.to(x.dtype).view(*x.shape[:-1], self.out_features // 2)
+
+        if self.gate_up:
+            run.swiglu = swiglu
         return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):

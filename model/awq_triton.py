@@ -53,8 +53,9 @@ from typing import NamedTuple
 
 import torch
 
-from model.split_k import split_count, store_split, tickets_for
-from model.triton_support import launching_on, tl, triton
+from model import fused_ops
+from model.split_k import arrived_last, split_count, store_split, summed_parts, tickets_for, tile_ticket
+from model.triton_support import launch_next, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -65,7 +66,10 @@ BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
 # Launched without programmatic dependent launch (model/triton_support.py, overlap), which the other decoder
 # kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
-# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11).
+# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11). But its
+# programs let the next kernel launch once their main loop is done (SIGNAL_NEXT; measure.routes'
+# target-step route turns it off), so that kernel's launch and start overlap the split-K tail.
+SIGNAL_NEXT = True
 
 
 class Planes(NamedTuple):
@@ -78,6 +82,7 @@ class Planes(NamedTuple):
     in_features: int
     out_features: int
     group_size: int
+    swiglu: bool = False  # columns in swiglu_order: the GEMM writes silu(gate) * up [M, out_features / 2]
 
     @property
     def block_n(self) -> int:
@@ -100,17 +105,36 @@ def int32_bits(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= 2**31, values - 2**32, values).to(torch.int32)
 
 
+def swiglu_order(out_features: int, block_n: int = BLOCK_N) -> torch.Tensor:
+    """The column order of a merged gate/up weight [IN, 2I] whose GEMM forms silu(gate) * up itself: each
+    block of block_n columns holds block_n / 2 gate columns, then the up columns of the same outputs."""
+    half, inner = block_n // 2, out_features // 2
+    if out_features % 2 or inner % half:
+        raise ValueError(f"{out_features} columns are not gate and up halves in blocks of {half}")
+    gate = torch.arange(inner).view(-1, half)
+    return torch.cat([gate, gate + inner], dim=1).flatten()
+
+
 def pack_planes(
-    codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group_size: int, block_n: int = BLOCK_N
+    codes: torch.Tensor,
+    zeros: torch.Tensor,
+    scales: torch.Tensor,
+    group_size: int,
+    block_n: int = BLOCK_N,
+    swiglu: bool = False,
 ) -> Planes:
     """codes [IN, N] and zero points [IN / group, N] (integers 0..15, unpacked), scales [IN / group, N]
-    -> Planes (see the module docstring for the word layout)."""
+    -> Planes (see the module docstring for the word layout). swiglu: the columns are a merged gate/up
+    weight's, packed in swiglu_order."""
     IN, N = codes.shape
     reason = unsupported(IN, N, group_size, torch.float32)
     if reason:
         raise ValueError(reason)
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n {block_n} is not a power of two >= 16")
+    if swiglu:
+        order = swiglu_order(N, block_n).to(codes.device)
+        codes, zeros, scales = codes[:, order], zeros[:, order], scales[:, order]
     in_padded, n_padded = -(-IN // STEP_IN) * STEP_IN, -(-N // block_n) * block_n
     groups = -(-in_padded // group_size)
     blocks = n_padded // block_n
@@ -126,7 +150,8 @@ def pack_planes(
     scale_bits = scales.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF
     per_group[: zeros.shape[0], :N] = (scale_bits << 16) | zeros.to(torch.int64)
     per_group = int32_bits(per_group)
-    return Planes(words, per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous(), IN, N, group_size)
+    per_group = per_group.view(groups, blocks, block_n).transpose(0, 1).contiguous()
+    return Planes(words, per_group, IN, N, group_size, swiglu)
 
 
 def block_m(M: int) -> int:
@@ -152,7 +177,8 @@ def w4a16_matmul(
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype.
+    """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype; for planes packed
+    with swiglu, silu(gate) * up [M, N / 2], the same bits as fused_ops.silu_mul of the product.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
@@ -169,15 +195,16 @@ def w4a16_matmul(
     if steps % splits:
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
 
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    y = torch.empty((M, N // 2 if planes.swiglu else N), dtype=x.dtype, device=x.device)
     if M == 0:
         return y
     if x.stride(1) != 1:
         x = x.contiguous()
     rows_per_program = block_m(M)
     grid = (tiles, splits, triton.cdiv(M, rows_per_program))
-    partials = y if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=x.device)
-    if splits == 1:
+    through_parts = splits > 1 or planes.swiglu  # SwiGLU's last split pairs columns from the parts
+    partials = torch.empty((splits, M, N), dtype=torch.float32, device=x.device) if through_parts else y
+    if not through_parts:
         tickets = y  # unused
     else:
         tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
@@ -202,6 +229,8 @@ def w4a16_matmul(
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
+            SWIGLU=planes.swiglu,
+            PDL=SIGNAL_NEXT and overlap(x.device)["PDL"],
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
         )
@@ -239,9 +268,12 @@ if triton is not None:
         EVEN_IN: tl.constexpr,
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
+        SWIGLU: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
-        stored by split_k.store_split. MAGIC: OFFSET's
+        stored by split_k.store_split (SWIGLU: _store_swiglu); PDL: the next kernel may launch once the
+        sums are done. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
         pid_n = tl.program_id(0)
@@ -277,7 +309,28 @@ if triton is not None:
                 if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
+        launch_next(PDL)
+        if SWIGLU:
+            _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, BLOCK_N)
+        else:
+            store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
+
+    @triton.jit
+    def _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+        """store_split for planes in swiglu_order, through the parts even with one split: the tile's last
+        split sums its gate and its up columns as store_split would, rounds each to y's type as the stored
+        product is, and writes silu(gate) * up into the tile's BLOCK_N / 2 columns of y [M, N / 2]."""
+        rows = (rm.to(tl.int64) * N)[None, :]
+        m_in = (rm < M)[None, :]
+        if arrived_last(acc, part_ptr, ticket_ptr, rows + rn[:, None], m_in, M, N):
+            HALF: tl.constexpr = BLOCK_N // 2
+            gate_cols = (tl.program_id(0) * BLOCK_N + tl.arange(0, HALF))[:, None]
+            gate = fused_ops._rounded(summed_parts(part_ptr, rows + gate_cols, m_in, M, N, SPLITS), y_ptr)
+            up = fused_ops._rounded(summed_parts(part_ptr, rows + gate_cols + HALF, m_in, M, N, SPLITS), y_ptr)
+            cols = (tl.program_id(0) * HALF + tl.arange(0, HALF))[:, None]
+            out = fused_ops.swiglu(gate, up, y_ptr)
+            tl.store(y_ptr + (rm.to(tl.int64) * (N // 2))[None, :] + cols, out.to(y_ptr.dtype.element_ty), mask=m_in)
+            tl.store(tile_ticket(ticket_ptr), 0)
 
     @triton.jit
     def _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):

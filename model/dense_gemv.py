@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from model import fused_ops
+from model.awq import AWQLinear
 from model.split_k import split_count, store_split, tickets_for
 from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
@@ -130,11 +131,15 @@ class Route:
         """layer(x) for rows x [n, in]."""
         return gemv(x, layer.weight, tickets=self.tickets) if self._takes(layer, x) else layer(x)
 
-    def project_swiglu(self, layer: nn.Module, gate_up: torch.Tensor) -> torch.Tensor:
-        """layer(silu(gate) * up) for the merged gate/up output [n, 2I], SwiGLU fused when routed."""
-        if self._takes(layer, gate_up):
-            return gemv(gate_up, layer.weight, silu=True, tickets=self.tickets)
-        return layer(fused_ops.silu_mul(gate_up))
+    def mlp(self, mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """down(silu(gate) * up) of a fused forward's MLP (merged gate/up) for normed rows x [n, hidden]:
+        SwiGLU on down_proj's load when routed, in an AWQ gate/up GEMM (AWQLinear.swiglu), else its own kernel."""
+        gate_up, down = mlp.gate_up_proj, mlp.down_proj
+        if self._takes(down, x):
+            return gemv(self.project(gate_up, x), down.weight, silu=True, tickets=self.tickets)
+        if isinstance(gate_up, AWQLinear):
+            return down(gate_up.swiglu(x))
+        return down(fused_ops.silu_mul(self.project(gate_up, x)))
 
 
 OFF = Route()
@@ -199,8 +204,7 @@ if triton is not None:
             if SILU:  # as fused_ops._silu_mul_kernel: silu(gate) rounded, times up, rounded
                 gate = tl.load(x_cols + k, mask=x_mask, other=0.0).to(tl.float32)
                 up = tl.load(x_cols + K + k, mask=x_mask, other=0.0).to(tl.float32)
-                act = (gate / (1.0 + tl.exp(-gate))).to(w_ptr.dtype.element_ty).to(tl.float32)
-                x = (act * up).to(w_ptr.dtype.element_ty)
+                x = fused_ops.swiglu(gate, up, w_ptr).to(w_ptr.dtype.element_ty)
             else:
                 x = tl.load(x_cols + k, mask=x_mask, other=0.0)
             acc = tl.dot(w, x, acc, input_precision="ieee")

@@ -346,8 +346,7 @@ if triton is not None:
         """silu(gate) * up for the tiles' columns, rounded as fused_ops.silu_mul rounds it."""
         g = fused_ops._rounded(tl.sum(gate.to(tl.float32) * x[None, None, :], axis=2), act_ptr)
         u = fused_ops._rounded(tl.sum(up.to(tl.float32) * x[None, None, :], axis=2), act_ptr)
-        act = fused_ops._rounded(g / (1.0 + tl.exp(-g)), act_ptr)
-        tl.store(act_ptr + cols, (act * u).to(act_ptr.dtype.element_ty), mask=cols < I)
+        tl.store(act_ptr + cols, fused_ops.swiglu(g, u, act_ptr).to(act_ptr.dtype.element_ty), mask=cols < I)
 
     @triton.jit
     def _project_swiglu(x, w_ptr, gate, up, act_ptr, pid, programs, I, LAUNCH: tl.constexpr, HIDDEN: tl.constexpr):

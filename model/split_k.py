@@ -53,12 +53,28 @@ if triton is not None:
         inside = (rm < M)[None, :] & (rn < N)[:, None]
         if SPLITS == 1:
             tl.store(y_ptr + tile, acc.to(y_ptr.dtype.element_ty), mask=inside)
-        else:
-            tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
-            ticket = ticket_ptr + tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
-            if tl.atomic_add(ticket, 1, sem="acq_rel") == SPLITS - 1:  # every part is written
-                total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                for split in tl.static_range(1, SPLITS):
-                    total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
-                tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
-                tl.store(ticket, 0)
+        elif arrived_last(acc, part_ptr, ticket_ptr, tile, inside, M, N):
+            total = summed_parts(part_ptr, tile, inside, M, N, SPLITS)
+            tl.store(y_ptr + tile, total.to(y_ptr.dtype.element_ty), mask=inside)
+            tl.store(tile_ticket(ticket_ptr), 0)
+
+    @triton.jit
+    def tile_ticket(ticket_ptr):
+        """The ticket of the program's tile (column block, row block)."""
+        return ticket_ptr + tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+
+    @triton.jit
+    def arrived_last(acc, part_ptr, ticket_ptr, tile, inside, M, N):
+        """Writes the program's part (acc at the `tile` offsets of part[split]) and counts it on the tile's
+        ticket: whether it was the tile's last split, which then sums the parts and resets the ticket."""
+        tl.store(part_ptr + tl.program_id(1).to(tl.int64) * M * N + tile, acc, mask=inside)
+        return tl.atomic_add(tile_ticket(ticket_ptr), 1, sem="acq_rel") == tl.num_programs(1) - 1
+
+    @triton.jit
+    def summed_parts(part_ptr, tile, inside, M, N, SPLITS: tl.constexpr):
+        """The splits' float32 parts of the `tile` offsets summed in split order (read past L1: other
+        programs wrote them)."""
+        total = tl.load(part_ptr + tile, mask=inside, other=0.0, cache_modifier=".cg")
+        for split in tl.static_range(1, SPLITS):
+            total += tl.load(part_ptr + split * M * N + tile, mask=inside, other=0.0, cache_modifier=".cg")
+        return total

@@ -351,6 +351,8 @@ class Transformer(nn.Module):
             attn, mlp = layer.self_attn, layer.mlp
             attn.qkv_proj = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
             mlp.gate_up_proj = _merged([mlp.gate_proj, mlp.up_proj])
+            if isinstance(mlp.gate_up_proj, AWQLinear):
+                mlp.gate_up_proj.gate_up = True
             del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
         self.kernels = "fused"
 
@@ -415,7 +417,7 @@ class Transformer(nn.Module):
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
             h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
-            delta = route.project_swiglu(mlp.down_proj, route.project(mlp.gate_up_proj, x))
+            delta = route.mlp(mlp, x)
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
 
     @property

@@ -2,11 +2,13 @@
 lead's; tests/test_measure_commands.py checks --help, --out, --reps and the refusal without a GPU)."""
 
 from argparse import ArgumentTypeError
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from measure import routes
-from model import awq_prefill
+from model import awq_prefill, awq_triton, fused_ops
 from model.presets import PRESETS
 
 
@@ -18,7 +20,7 @@ def test_routes_parse_in_their_fixed_order():
     with pytest.raises(
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, target-attention, "
-        r"draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
+        r"target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -27,10 +29,35 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-prefill, "
-        "target-attention, draft-attention, draft-layer, draft-gemv, draft-persistent or all) "
+        "target-attention, target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all) "
         "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
+    assert routes.target_kernel_choices() == {
+        "all off": (False, False, False),
+        "signal next": (True, False, False),
+        "direct one split": (True, True, False),
+        "swiglu in gemm": (True, True, True),
+    }
+    repacked = []
+
+    class GateUp:
+        gate_up = True
+
+        def select_kernel(self, kernel, dtype):
+            repacked.append((kernel, dtype, self.gate_up))
+
+    model = SimpleNamespace(layers=[SimpleNamespace(mlp=SimpleNamespace(gate_up_proj=GateUp())) for _ in range(2)])
+    monkeypatch.setattr(awq_triton, "SIGNAL_NEXT", True)
+    monkeypatch.setattr(fused_ops, "DIRECT_ONE_SPLIT", True)
+    routes.set_target_kernels(model, True, False, True)
+    assert (awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT, repacked) == (True, False, [])
+    routes.set_target_kernels(model, False, True, False)
+    assert (awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT) == (False, True)
+    assert repacked == [("triton", torch.bfloat16, False)] * 2
 
 
 def test_awq_shapes_are_the_merged_projections_of_qwen3_32b():

@@ -265,3 +265,31 @@ def test_awq_layer_selects_the_triton_kernel_by_name_and_on_cuda_by_default():
             layer.select_kernel("triton", dtype=torch.bfloat16)
     with pytest.raises(KernelUnavailable):  # the kernel steps through K in powers of two
         _awq_layer(96, 16, 48).select_kernel("triton")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))
+def test_awq_gate_up_gemm_forms_swiglu_with_the_bits_of_silu_mul(dtype):
+    """A gate/up layer's planes pair its columns (swiglu_order); its GEMM's last split then writes
+    silu(gate) * up, bit for bit fused_ops.silu_mul of the same GEMM's sums, with one split or several,
+    and the layer's plain forward still gives gate then up. On a GPU a column's sums do not depend on
+    where its tile puts it, so those are the unpaired GEMM's bits too; the interpreter's float32 dot
+    (numpy) may round a column by its place."""
+    layer = _awq_layer(256, 256, 64, seed=6)  # two gate/up column blocks of 64 + 64
+    order = awq_triton.swiglu_order(256)
+    assert order[:130].tolist() == [*range(64), *range(128, 192), 64, 65]
+    with pytest.raises(ValueError, match="halves"):
+        awq_triton.swiglu_order(200)  # 100 outputs are not blocks of 64
+    in_order = torch.argsort(order).to(DEVICE)
+    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
+    paired = awq_triton.pack_planes(codes, zeros, layer.scales, layer.group_size, swiglu=True)
+    x = torch.randn(16, 256, generator=torch.Generator().manual_seed(7)).to(DEVICE, dtype)
+    for splits in (1, 2):
+        sums = awq_triton.w4a16_matmul(x, paired._replace(swiglu=False), splits=splits)[:, in_order]
+        got = awq_triton.w4a16_matmul(x, paired, splits=splits)
+        assert got.shape == (16, 128) and torch.equal(got, fused_ops.silu_mul(sums))
+        unpaired = _awq_matmul(layer, x, splits=splits)
+        assert torch.equal(sums, unpaired) if DEVICE.type == "cuda" else torch.allclose(sums, unpaired, atol=1e-6)
+    layer.gate_up = True
+    layer.select_kernel("triton", dtype=dtype)
+    assert torch.equal(layer(x), awq_triton.w4a16_matmul(x, paired._replace(swiglu=False))[:, in_order])
+    assert torch.equal(layer.swiglu(x), fused_ops.silu_mul(layer(x)))
