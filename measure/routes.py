@@ -23,9 +23,8 @@ default all, in this order):
   program, against its floor; fused_ops.split_slots_for gives it WIDE_GROUP_SPLIT_SLOTS.
 - `target-kernels`: the same target step with the settings of TARGET_KERNEL_SETTINGS all off, then turned
   on one after another: the int4 GEMM letting the next kernel launch after its main loop
-  (awq_triton.SIGNAL_NEXT), a row block within one attention split writing its output without the merge
-  (fused_ops.DIRECT_ONE_SPLIT), and SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up,
-  the planes repacked), each row with its hidden states' largest difference from all off (`max_abs_diff`:
+  (awq_triton.SIGNAL_NEXT), then SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up, the
+  planes repacked), each row with its hidden states' largest difference from all off (`max_abs_diff`:
   0 where the bits are the same).
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
@@ -114,7 +113,7 @@ GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
 TARGET_SPLIT_CHOICES = (None, 128, 256, 512, 1024)
-TARGET_KERNEL_SETTINGS = ("signal next", "direct one split", "swiglu in gemm")  # target-kernels' steps, in order
+TARGET_KERNEL_SETTINGS = ("signal next", "swiglu in gemm")  # target-kernels' steps, in order
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
 GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
@@ -269,9 +268,9 @@ def target_kernel_choices() -> dict[str, tuple[bool, ...]]:
     return {name: tuple(index < on for index in range(count)) for on, name in enumerate(names)}
 
 
-def set_target_kernels(model, signal_next: bool, direct_one_split: bool, swiglu_in_gemm: bool) -> None:
+def set_target_kernels(model, signal_next: bool, swiglu_in_gemm: bool) -> None:
     """One of target_kernel_choices on an AWQ model on the fused kernels."""
-    awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT = signal_next, direct_one_split
+    awq_triton.SIGNAL_NEXT = signal_next
     for layer in model.layers:
         gate_up = layer.mlp.gate_up_proj
         if gate_up.gate_up != swiglu_in_gemm:  # its planes repacked in the other column order
@@ -297,8 +296,7 @@ def target_step_rows(
     defaults. `compare`: each row also gives the largest difference of a one-token forward's hidden state
     from the first setting's (`max_abs_diff`), at the context, caches alike."""
     model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, LONG_CONTEXT + 200).model
-    defaults = (model.attention_split_slots, awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT)
-    swiglu_default = model.layers[0].mlp.gate_up_proj.gate_up
+    defaults = (model.attention_split_slots, awq_triton.SIGNAL_NEXT, model.layers[0].mlp.gate_up_proj.gate_up)
     rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         kv_bytes = kv_cache_bytes(model.config, context, model.head_weight.element_size())
@@ -317,7 +315,7 @@ def target_step_rows(
             timing = time_op(decoder.target_forward, steps, device, reps=reps)
             rows.append({**row, **timing, "floor_ms": floor})
     model.attention_split_slots = defaults[0]
-    set_target_kernels(model, *defaults[1:], swiglu_default)
+    set_target_kernels(model, *defaults[1:])
     return rows
 
 

@@ -58,11 +58,6 @@ SPLIT_MAX_TOKENS = 16
 # with 1 (300: 0.941 against 0.939); 128 slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213
 # against 1.162 at 4,000 (session 14); measure.routes' draft-layer route had 4 ahead of 8 at both.
 COMBINE_CHUNK = 4
-# A row block whose positions all lie in the first split writes its output itself, the same bits as the
-# merge of its one split, without storing its sums, taking a ticket and loading them again (the 32B
-# target's 512-slot splits: every decode step below 512 positions). measure.routes' target-step route
-# turns it off.
-DIRECT_ONE_SPLIT = True
 
 
 def rms_norm(
@@ -244,7 +239,6 @@ def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out,
             FROM_QKV=from_qkv is not None,
             NORM=prepare["NORM"],
             BLOCK_T=SPLIT_MAX_TOKENS,
-            DIRECT=DIRECT_ONE_SPLIT,
             num_warps=4,
             **overlap(q.device),
         )
@@ -580,14 +574,13 @@ if triton is not None:
         FROM_QKV: tl.constexpr,
         NORM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        DIRECT: tl.constexpr,
         PDL: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
         below the block's largest position, left unnormalized with its running max and total. The last of
         the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
         past that position does nothing (no ticket either: a long cache's many idle splits would queue on it).
-        DIRECT: a block with one split normalizes and writes its rows itself (DIRECT_ONE_SPLIT). FROM_QKV: q_ptr is the merged projection's output, and the program first does qk_norm_rope_cache's
+        FROM_QKV: q_ptr is the merged projection's output, and the program first does qk_norm_rope_cache's
         work for its rows and slots (qkv_attention)."""
         after_previous(PDL)
         kv = tl.program_id(0)
@@ -641,20 +634,16 @@ if triton is not None:
             running_max, total, acc = _causal_softmax(
                 q, k_ptr, v_ptr, p, kv, S, first, stop, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N
             )
-            if DIRECT and end <= SPLIT:  # the block's only split: the merge of one split, without the round trip
-                # the merge adds its sums to +0 (x 0), which turns a -0 into +0; so does this
-                _store_normalized(o_ptr, tl.where(acc == 0.0, 0.0, acc), total, valid, tok, head, H, HEAD_DIM)
-            else:
-                tl.store(sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
-                tl.store(stats_ptr + (rows + split) * 2, running_max, mask=valid)
-                tl.store(stats_ptr + (rows + split) * 2 + 1, total, mask=valid)
-                tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
-                ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
-                if tl.atomic_add(ticket, 1, sem="acq_rel") == tl.cdiv(end, SPLIT) - 1:
-                    _combine_splits(
-                        sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M, CHUNK
-                    )
-                    tl.store(ticket, 0)
+            tl.store(sums_ptr + (rows + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
+            tl.store(stats_ptr + (rows + split) * 2, running_max, mask=valid)
+            tl.store(stats_ptr + (rows + split) * 2 + 1, total, mask=valid)
+            tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
+            ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
+            if tl.atomic_add(ticket, 1, sem="acq_rel") == tl.cdiv(end, SPLIT) - 1:
+                _combine_splits(
+                    sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M, CHUNK
+                )
+                tl.store(ticket, 0)
 
     @triton.jit
     def _merge_split(sums_ptr, stats_ptr, rows, split, take, running_max, total, acc, HEAD_DIM: tl.constexpr):
@@ -708,11 +697,6 @@ if triton is not None:
             running_max, total, acc = _merge_split(
                 sums_ptr, stats_ptr, rows, split, valid & (split <= last), running_max, total, acc, HEAD_DIM
             )
-        _store_normalized(o_ptr, acc, total, valid, tok, head, H, HEAD_DIM)
-
-    @triton.jit
-    def _store_normalized(o_ptr, acc, total, valid, tok, head, H, HEAD_DIM: tl.constexpr):
-        """The rows' softmax-weighted sums over their totals, into the output's heads."""
         out = acc / tl.where(valid, total, 1.0)[:, None]
         d = tl.arange(0, HEAD_DIM)
         tl.store(

@@ -127,24 +127,3 @@ def test_a_models_split_is_longer_where_a_kv_head_serves_many_query_heads():
     got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, 512)
     reference = reference_attention(q, k_cache, v_cache, torch.arange(1100)[None, :] <= pos[:, None], 0.3)
     assert (got.view(3, 4, 16).cpu() - reference).abs().max() <= TOL * reference.abs().max()
-
-
-@pytest.mark.parametrize("negative_zero", [False, True])
-def test_a_block_within_the_first_split_writes_the_merges_bits(monkeypatch, negative_zero):
-    """A row block whose positions all lie in split 0 normalizes its own sums (DIRECT_ONE_SPLIT): the same
-    bits, signed zeros included, as the merge of that one split, and as the same row in a block that spans
-    two splits (so a row's value still does not depend on the other rows). The signed zero is for the GPU's
-    dot, which may sum -0 products to -0; the interpreter's sums them to +0."""
-    q, k_cache, v_cache = _inputs(2, slots=700, seed=2)
-    pos = torch.tensor([150, 600])
-    if negative_zero:  # slot 0 alone weighs (v = -1), then slots 64.. outweigh it by exp(-144): acc * 0 = -0
-        q[:] = 10.0
-        k_cache[:, :, :64], k_cache[:, :, 64:] = 0.0, 3.0
-        v_cache[:, :, 0, 0], v_cache[:, :, 1:, 0] = -1.0, -0.0
-    q, k_cache, v_cache, pos = q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE)
-    direct = fused_ops.attention(q[:1], k_cache, v_cache, pos[:1], 0.3, 512)
-    spanning = fused_ops.attention(q, k_cache, v_cache, pos, 0.3, 512)[:1]
-    monkeypatch.setattr(fused_ops, "DIRECT_ONE_SPLIT", False)
-    merged = fused_ops.attention(q[:1], k_cache, v_cache, pos[:1], 0.3, 512)
-    for other in (spanning, merged):
-        assert torch.equal(direct.view(torch.int32), other.view(torch.int32))

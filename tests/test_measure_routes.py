@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from measure import routes
-from model import awq_prefill, awq_triton, fused_ops
+from model import awq_prefill, awq_triton
 from model.presets import PRESETS
 
 
@@ -37,10 +37,9 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
 
 def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
     assert routes.target_kernel_choices() == {
-        "all off": (False, False, False),
-        "signal next": (True, False, False),
-        "direct one split": (True, True, False),
-        "swiglu in gemm": (True, True, True),
+        "all off": (False, False),
+        "signal next": (True, False),
+        "swiglu in gemm": (True, True),
     }
     repacked = []
 
@@ -52,11 +51,10 @@ def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_onl
 
     model = SimpleNamespace(layers=[SimpleNamespace(mlp=SimpleNamespace(gate_up_proj=GateUp())) for _ in range(2)])
     monkeypatch.setattr(awq_triton, "SIGNAL_NEXT", True)
-    monkeypatch.setattr(fused_ops, "DIRECT_ONE_SPLIT", True)
-    routes.set_target_kernels(model, True, False, True)
-    assert (awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT, repacked) == (True, False, [])
-    routes.set_target_kernels(model, False, True, False)
-    assert (awq_triton.SIGNAL_NEXT, fused_ops.DIRECT_ONE_SPLIT) == (False, True)
+    routes.set_target_kernels(model, True, True)
+    assert (awq_triton.SIGNAL_NEXT, repacked) == (True, [])
+    routes.set_target_kernels(model, False, False)
+    assert awq_triton.SIGNAL_NEXT is False
     assert repacked == [("triton", torch.bfloat16, False)] * 2
 
 
