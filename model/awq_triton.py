@@ -30,6 +30,9 @@ bytes are in flight. The layout and the kernel are built for both:
   weight tile again, and the dequantization, not the bytes, bounds the kernel: at 16 rows per program
   a tree verify of 65 rows took 5 passes over the weights.
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
+- The epilogue (docs/design.md, "Decoder speed: the int4 GEMM's epilogue"): each program lets the next
+  kernel launch once its sums are done (SIGNAL_NEXT), and planes of a merged gate/up weight packed in
+  swiglu_order make the last split write silu(gate) * up, the bits of fused_ops.silu_mul after the GEMM.
 
 Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
 evicted; records in git history at 10011a5, reports/h200/session5/; see reports/HISTORY.md): the previous
