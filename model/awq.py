@@ -249,12 +249,14 @@ class AWQLinear(nn.Module):
 
         # The weights repacked (the int4 codes twice in memory, as int4pack's repack also costs), and
         # split-K tickets for up to 4 row blocks (256 rows at 64 per block), both kept for every call.
-        # A gate/up layer's planes pair its columns (awq_triton.swiglu_order): `run` puts them back in order.
+        # A gate/up layer's planes pair its columns where they fit (awq_triton.swiglu_order): `run` puts them
+        # back in order.
+        paired = self.gate_up and awq_triton.swiglu_fits(self.out_features)
         planes = awq_triton.pack_planes(
-            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size, swiglu=self.gate_up
+            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size, swiglu=paired
         )
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
-        in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if self.gate_up else None
+        in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if paired else None
 
         def run(x):
             y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets)
@@ -265,7 +267,7 @@ class AWQLinear(nn.Module):
             y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features // 2)
 
-        if self.gate_up:
+        if paired:
             run.swiglu = swiglu
         return run
 

@@ -71,7 +71,7 @@ LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qw
 # kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
 # took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11). But its
 # programs let the next kernel launch once their main loop is done (SIGNAL_NEXT; measure.routes'
-# target-step route turns it off), so that kernel's launch and start overlap the split-K tail.
+# target-kernels route turns it off), so that kernel's launch and start overlap the split-K tail.
 SIGNAL_NEXT = True
 
 
@@ -108,12 +108,17 @@ def int32_bits(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= 2**31, values - 2**32, values).to(torch.int32)
 
 
+def swiglu_fits(out_features: int, block_n: int = BLOCK_N) -> bool:
+    """Whether a merged gate/up weight of out_features columns pairs into blocks (swiglu_order)."""
+    return out_features % block_n == 0
+
+
 def swiglu_order(out_features: int, block_n: int = BLOCK_N) -> torch.Tensor:
     """The column order of a merged gate/up weight [IN, 2I] whose GEMM forms silu(gate) * up itself: each
     block of block_n columns holds block_n / 2 gate columns, then the up columns of the same outputs."""
+    if not swiglu_fits(out_features, block_n):
+        raise ValueError(f"{out_features} columns are not gate and up halves in blocks of {block_n // 2}")
     half, inner = block_n // 2, out_features // 2
-    if out_features % 2 or inner % half:
-        raise ValueError(f"{out_features} columns are not gate and up halves in blocks of {half}")
     gate = torch.arange(inner).view(-1, half)
     return torch.cat([gate, gate + inner], dim=1).flatten()
 

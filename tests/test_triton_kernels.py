@@ -278,7 +278,12 @@ def test_awq_gate_up_gemm_forms_swiglu_with_the_bits_of_silu_mul(dtype):
     order = awq_triton.swiglu_order(256)
     assert order[:130].tolist() == [*range(64), *range(128, 192), 64, 65]
     with pytest.raises(ValueError, match="halves"):
-        awq_triton.swiglu_order(200)  # 100 outputs are not blocks of 64
+        awq_triton.swiglu_order(192)  # 96 outputs are not blocks of 64
+    unfit = _awq_layer(256, 192, 64)
+    unfit.gate_up = True  # its planes stay unpaired, and swiglu is silu_mul after the GEMM
+    unfit.select_kernel("triton", dtype=torch.float32)
+    probe = torch.randn(3, 256, generator=torch.Generator().manual_seed(8)).to(DEVICE)
+    assert torch.equal(unfit.swiglu(probe), fused_ops.silu_mul(_awq_matmul(unfit, probe)))
     in_order = torch.argsort(order).to(DEVICE)
     codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
     paired = awq_triton.pack_planes(codes, zeros, layer.scales, layer.group_size, swiglu=True)
