@@ -52,13 +52,12 @@ Where the kernels run: model/triton_support.py.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
 
 from model import fused_ops
-from model.split_k import arrived_last, sm_count, split_count, store_split, summed_parts, tickets_for, tile_ticket
+from model.split_k import arrived_last, split_count, store_split, summed_parts, tickets_for, tile_ticket
 from model.triton_support import launch_next, launching_on, overlap, tl, triton
 
 BLOCK_M = 16  # rows per program up to 16 rows
@@ -74,10 +73,6 @@ LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qw
 # programs let the next kernel launch once their main loop is done (SIGNAL_NEXT; measure.routes'
 # target-kernels route turns it off), so that kernel's launch and start overlap the split-K tail.
 SIGNAL_NEXT = True
-# Stream-K (_w4a16_stream_kernel) rather than split-K; its grid, STREAM_PROGRAMS_PER_SM programs per SM: the
-# kernel holds 152 registers a thread at 4 warps (ptxas -v for sm_90a), so 3 programs fill an SM's registers.
-STREAM_K = True
-STREAM_PROGRAMS_PER_SM = 3
 
 
 class Planes(NamedTuple):
@@ -182,19 +177,6 @@ def default_splits(M: int, planes: Planes, device: torch.device) -> int:
     return split_count(tiles, planes.codes.shape[1], device, *_SPLITS)
 
 
-def stream_programs(units: int, device: torch.device) -> int:
-    """The stream-K grid: STREAM_PROGRAMS_PER_SM programs per SM, at most one per 128-row step."""
-    return min(units, STREAM_PROGRAMS_PER_SM * sm_count(device))
-
-
-@functools.cache
-def stream_slots(tiles: int, steps: int, programs: int) -> int:
-    """The most column blocks one stream-K program's share of the tiles x steps touches."""
-    units = tiles * steps
-    shares = ((p * units // programs, (p + 1) * units // programs) for p in range(programs))
-    return max((end - 1) // steps - begin // steps + 1 for begin, end in shares)
-
-
 def w4a16_matmul(
     x: torch.Tensor,
     planes: Planes,
@@ -202,15 +184,13 @@ def w4a16_matmul(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
-    programs: int | None = None,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype; for planes packed
     with swiglu, silu(gate) * up [M, N / 2], the same bits as fused_ops.silu_mul of the product.
 
-    Stream-K (STREAM_K, or `programs` given: that many programs a row block, default stream_programs) or
-    split-K (`splits` given, or STREAM_K off: splits, default default_splits, must divide the planes'
-    128-row step count). tickets: int32 zeros, one per (column block, block of block_m(M) rows), that the
-    call leaves zero: a layer keeps them so a call needs no memset; without enough, the call makes its own."""
+    splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
+    zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
+    them so a split-K call needs no memset; without enough, the call makes its own."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -219,8 +199,6 @@ def w4a16_matmul(
     if reason:
         raise ValueError(reason)
     tiles, steps = planes.codes.shape[:2]
-    if programs is not None or (STREAM_K and splits is None):
-        return _stream_matmul(x, planes, programs, tickets, num_warps, num_stages)
     splits = splits or default_splits(M, planes, x.device)
     if steps % splits:
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
@@ -256,56 +234,6 @@ def w4a16_matmul(
             BLOCK_M=rows_per_program,
             BLOCK_N=planes.block_n,
             SPLITS=splits,
-            EVEN_IN=IN % STEP_IN == 0,
-            MAGIC=_MAGIC.get(x.dtype, 0),
-            PTX=x.is_cuda,
-            SWIGLU=planes.swiglu,
-            PDL=SIGNAL_NEXT and overlap(x.device)["PDL"],
-            num_warps=num_warps or LAUNCH["num_warps"],
-            num_stages=num_stages or LAUNCH["num_stages"],
-        )
-    return y
-
-
-def _stream_matmul(x, planes, programs, tickets, num_warps, num_stages) -> torch.Tensor:
-    """w4a16_matmul's stream-K launch (grid: programs x row blocks)."""
-    M, IN = x.shape
-    N = planes.out_features
-    tiles, steps = planes.codes.shape[:2]
-    programs = programs or stream_programs(tiles * steps, x.device)
-    if not 1 <= programs <= tiles * steps:
-        raise ValueError(f"programs {programs} outside 1..{tiles * steps} (the 128-row steps of every column block)")
-    y = torch.empty((M, N // 2 if planes.swiglu else N), dtype=x.dtype, device=x.device)
-    if M == 0:
-        return y
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    rows_per_program = block_m(M)
-    row_blocks = triton.cdiv(M, rows_per_program)
-    slots = stream_slots(tiles, steps, programs)
-    parts = torch.empty(
-        (row_blocks, programs, slots, planes.block_n, rows_per_program), dtype=torch.float32, device=x.device
-    )
-    tickets = tickets_for(tickets, tiles * row_blocks, x.device)
-    with launching_on(x.device):
-        _w4a16_stream_kernel[(programs, 1, row_blocks)](
-            x,
-            planes.codes,
-            planes.groups,
-            parts,
-            y,
-            tickets,
-            M,
-            N,
-            IN,
-            x.stride(0),
-            steps,
-            planes.groups.shape[1],
-            tiles,
-            slots,
-            GROUP=planes.group_size,
-            BLOCK_M=rows_per_program,
-            BLOCK_N=planes.block_n,
             EVEN_IN=IN % STEP_IN == 0,
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
@@ -359,42 +287,24 @@ if triton is not None:
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        steps = tl.num_programs(1) * steps_per_split
-        first = pid_k * steps_per_split
-        acc = _tile_sums(
-            x_ptr, w_ptr, g_ptr, rm, M, IN, stride_xm, pid_n, steps, groups, first, first + steps_per_split,
-            GROUP, BLOCK_M, BLOCK_N, EVEN_IN, MAGIC, PTX,
-        )  # fmt: skip
-        launch_next(PDL)
-        if SWIGLU:
-            _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, BLOCK_N)
-        else:
-            store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
-
-    @triton.jit
-    def _tile_sums(
-        x_ptr, w_ptr, g_ptr, rm, M, IN, stride_xm, tile, steps, groups, first, stop,
-        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_IN: tl.constexpr,
-        MAGIC: tl.constexpr, PTX: tl.constexpr,
-    ):  # fmt: skip
-        """Column block `tile`'s float32 sums [BLOCK_N, rows rm] over its 128-row steps first .. stop - 1."""
         SHIFTS_PER_GROUP: tl.constexpr = min(GROUP, 128) // 32
         dtype = x_ptr.dtype.element_ty
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, 32)
         m_in = rm < M
         x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [32 rows of IN, BLOCK_M]
         words = (
             w_ptr
-            + tl.cast(tile, tl.int64) * steps * BLOCK_N * 16
+            + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
             + tl.arange(0, BLOCK_N)[:, None] * 16
             + tl.arange(0, 16)[None, :]
         )
-        group_rows = tl.cast(tile, tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
+        group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        for step in range(first, stop):
+        first = pid_k * steps_per_split
+        for step in range(first, first + steps_per_split):
             P = tl.load(words + step * BLOCK_N * 16)
             for i in tl.static_range(4):
                 k = step * 128 + 32 * i
@@ -407,75 +317,11 @@ if triton is not None:
                 if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
                     acc += s[:, None] * part
                     part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        return acc
-
-    @triton.jit
-    def _w4a16_stream_kernel(
-        x_ptr, w_ptr, g_ptr, part_ptr, y_ptr, ticket_ptr, M, N, IN, stride_xm, steps, groups, tiles, slots,
-        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_IN: tl.constexpr,
-        MAGIC: tl.constexpr, PTX: tl.constexpr, SWIGLU: tl.constexpr, PDL: tl.constexpr,
-    ):  # fmt: skip
-        """Program (share, -, row block) of stream-K: of the U = tiles x steps 128-row steps in column block
-        order, program p sums steps [p U / P, (p + 1) U / P), so that every program reads the same weights
-        whatever the column blocks (split-K's programs come in whole column blocks, and the SMs' last wave
-        runs part full). It stores each column block's sums in its part slot (the block less the program's
-        first); the last of a block's programs to arrive sums the block's parts in program order, which is
-        the order of its steps, and writes y (SWIGLU: silu(gate) * up, as _store_swiglu)."""
-        p = tl.program_id(0)
-        programs = tl.num_programs(0)
-        pid_m = tl.program_id(2)
-        units = tiles * steps
-        begin = p * units // programs
-        end = (p + 1) * units // programs
-        first_tile = begin // steps
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        tile_offsets = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        parts = part_ptr + pid_m.to(tl.int64) * programs * slots * BLOCK_N * BLOCK_M
-        for tile in range(first_tile, (end - 1) // steps + 1):
-            first = tl.maximum(begin, tile * steps) - tile * steps
-            stop = tl.minimum(end, (tile + 1) * steps) - tile * steps
-            acc = _tile_sums(
-                x_ptr, w_ptr, g_ptr, rm, M, IN, stride_xm, tile, steps, groups, first, stop,
-                GROUP, BLOCK_M, BLOCK_N, EVEN_IN, MAGIC, PTX,
-            )  # fmt: skip
-            tl.store(parts + ((p * slots + tile - first_tile) * BLOCK_N * BLOCK_M) + tile_offsets, acc)
-            tl.debug_barrier()  # every thread's part is written before the ticket says so
-            ticket = ticket_ptr + pid_m * tiles + tile
-            first_holder = ((tile * steps + 1) * programs - 1) // units  # the program holding its first step
-            last_holder = ((tile + 1) * steps * programs - 1) // units
-            if tl.atomic_add(ticket, 1, sem="acq_rel") == last_holder - first_holder:
-                _store_stream_tile(
-                    parts, y_ptr, rm, M, N, tile, steps, programs, units, slots, first_holder, last_holder,
-                    BLOCK_M, BLOCK_N, SWIGLU,
-                )  # fmt: skip
-                tl.store(ticket, 0)
         launch_next(PDL)
-
-    @triton.jit
-    def _store_stream_tile(
-        parts, y_ptr, rm, M, N, tile, steps, programs, units, slots, first_holder, last_holder,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWIGLU: tl.constexpr,
-    ):  # fmt: skip
-        """Column block `tile` of y: its holders' parts summed in program order (read past L1: other
-        programs wrote them), then stored, or as silu(gate) * up into its BLOCK_N / 2 columns (SWIGLU)."""
-        HALF: tl.constexpr = BLOCK_N // 2 if SWIGLU else BLOCK_N
-        offsets = tl.arange(0, HALF)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        total = tl.zeros([HALF, BLOCK_M], dtype=tl.float32)
-        up = tl.zeros([HALF, BLOCK_M], dtype=tl.float32)
-        for holder in range(first_holder, last_holder + 1):
-            slot = holder * slots + tile - (holder * units // programs) // steps
-            part = parts + slot.to(tl.int64) * BLOCK_N * BLOCK_M + offsets
-            total += tl.load(part, cache_modifier=".cg")
-            if SWIGLU:
-                up += tl.load(part + HALF * BLOCK_M, cache_modifier=".cg")
-        m_in = (rm < M)[None, :]
-        rows = (rm.to(tl.int64) * (N // 2 if SWIGLU else N))[None, :]
-        cols = (tile * HALF + tl.arange(0, HALF))[:, None]
         if SWIGLU:
-            out = fused_ops.swiglu(fused_ops._rounded(total, y_ptr), fused_ops._rounded(up, y_ptr), y_ptr)
-            tl.store(y_ptr + rows + cols, out.to(y_ptr.dtype.element_ty), mask=m_in)
+            _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, BLOCK_N)
         else:
-            tl.store(y_ptr + rows + cols, total.to(y_ptr.dtype.element_ty), mask=m_in & (cols < N))
+            store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
     @triton.jit
     def _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
