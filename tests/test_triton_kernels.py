@@ -142,9 +142,9 @@ def _awq_layer(in_features, out_features, group_size, seed=0):
     return layer.to(DEVICE)
 
 
-def _planes(layer, block_n=awq_triton.BLOCK_N):
+def _planes(layer, block_n=awq_triton.BLOCK_N, swiglu=False):
     return awq_triton.pack_planes(
-        unpack_int4(layer.qweight), unpack_int4(layer.qzeros), layer.scales, layer.group_size, block_n
+        unpack_int4(layer.qweight), unpack_int4(layer.qzeros), layer.scales, layer.group_size, block_n, swiglu
     )
 
 
@@ -285,8 +285,7 @@ def test_awq_gate_up_gemm_forms_swiglu_with_the_bits_of_silu_mul(dtype):
     probe = torch.randn(3, 256, generator=torch.Generator().manual_seed(8)).to(DEVICE)
     assert torch.equal(unfit.swiglu(probe), fused_ops.silu_mul(_awq_matmul(unfit, probe)))
     in_order = torch.argsort(order).to(DEVICE)
-    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
-    paired = awq_triton.pack_planes(codes, zeros, layer.scales, layer.group_size, swiglu=True)
+    paired = _planes(layer, swiglu=True)
     x = torch.randn(16, 256, generator=torch.Generator().manual_seed(7)).to(DEVICE, dtype)
     for splits in (1, 2):
         sums = awq_triton.w4a16_matmul(x, paired._replace(swiglu=False), splits=splits)[:, in_order]
