@@ -9,13 +9,15 @@ bytes are in flight. The layout and the kernel are built for both:
   rows, a [BLOCK_N, 16] tile of int32 words, contiguous (8 KB at BLOCK_N 128). Nibble i + 4h of word
   (n, j) holds row 32 i + 2 j + h of column n: shifting a word right by 4 i and masking with
   0x000F000F leaves the codes of two adjacent rows, 32 i + 2 j and 32 i + 2 j + 1, in its two halves,
-  which is what one 32-bit register of a tensor-core operand holds. So the step is 4 dots over 32 input
-  rows, each with an operand [BLOCK_N, 32] made from the word tile: the tile joined with itself (word
-  j at columns 2 j and 2 j + 1, which Triton lays out as one register read twice) and then an
-  elementwise function of each pair of columns. Triton then loads the words straight into the dot's
-  register layout (no shared-memory trip for the dequantized weights), and `num_stages` pipelines the
-  raw words through shared memory with asynchronous copies (3 stages: 24 KB in flight per program).
-  A run of rows 32 i .. 32 i + 31 lies in one group for groups of 32 and more. A group's scale
+  which is what one 32-bit register of a tensor-core operand holds. So a group's rows in a step (all
+  128 for groups of 128 and more, else 32 or 64) are one dot, its operand [BLOCK_N, rows] made from the
+  word tile: the tile shifted by 0, 4, 8 and 12 bits side by side, shift major (`_stacked`), joined
+  with itself (word j at columns 2 j and 2 j + 1, which Triton lays out as one register read twice)
+  and then an elementwise function of each pair of columns. Operand column 32 i + 2 j + h is then row
+  32 i + 2 j + h, and a thread holds the same words for one dot of 128 rows as for four of 32, so
+  Triton loads the words straight into the dot's register layout (no shared-memory trip for the
+  dequantized weights), and `num_stages` pipelines the raw words through shared memory with
+  asynchronous copies (3 stages: 24 KB in flight per program). A group's scale
   (fp16 bits) and zero point share one int32 per column, so they too are 4-byte loads that the
   pipeline copies asynchronously (as separate 1- and 2-byte loads they were waited for every step).
 - Dequantization, 16-bit activations: the masked halves or-ed with OFFSET's bit pattern (0x4300 bf16,
@@ -47,6 +49,9 @@ in a word (session 17) a step is 333 instructions, no prmt and half the dot wait
 GEMMs took 14.9 / 13.4 / 48.3 / 29.3 us against 17.4-17.7 / 15.1-15.2 / 56.6-57.1 / 35.2-35.6 (qkv, o,
 gate_up, down), 6.77 ms for the step's 256 against 8.0, and the 32B AWQ target step 8.52-8.59 ms
 against 9.75-9.90 (both kernels timed in one process; records: reports/speed/h200.md, reports/README.md, session 17).
+One dot a group rather than four of 32 rows (session 23): 315 instructions a step against 333, one wait
+on the tensor cores a step against four, the same bits; the 32B AWQ step on one H200 8.03 ms against
+8.25 at context 300, 9.37 against 9.47 at 4,000 (docs/design.md, "Decoder speed: what bounds the int4 GEMM").
 Where the kernels run: model/triton_support.py.
 """
 
@@ -287,13 +292,13 @@ if triton is not None:
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
-        SHIFTS_PER_GROUP: tl.constexpr = min(GROUP, 128) // 32
+        GROUP_ROWS: tl.constexpr = min(GROUP, 128)  # input rows per dot: one group, at most one step
+        SHIFTS: tl.constexpr = GROUP_ROWS // 32
         dtype = x_ptr.dtype.element_ty
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk = tl.arange(0, 32)
         m_in = rm < M
-        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [32 rows of IN, BLOCK_M]
+        x_cols = x_ptr + rm.to(tl.int64)[None, :] * stride_xm  # x^T tiles [a group's rows of IN, BLOCK_M]
         words = (
             w_ptr
             + pid_n.to(tl.int64) * tl.num_programs(1) * steps_per_split * BLOCK_N * 16
@@ -302,21 +307,16 @@ if triton is not None:
         )
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         first = pid_k * steps_per_split
         for step in range(first, first + steps_per_split):
             P = tl.load(words + step * BLOCK_N * 16)
-            for i in tl.static_range(4):
-                k = step * 128 + 32 * i
-                if i % SHIFTS_PER_GROUP == 0:  # a new group: its zero points and scales
-                    group = tl.load(g_ptr + group_rows + (k // GROUP) * BLOCK_N)
-                    z = group & 0xF
-                    s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-                operand = _operand(P >> (4 * i), z, dtype, MAGIC, PTX)
-                part = tl.dot(operand, _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN), part, input_precision="ieee")
-                if (i + 1) % SHIFTS_PER_GROUP == 0:  # the group's sums, scaled once
-                    acc += s[:, None] * part
-                    part = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+            for g in tl.static_range(128 // GROUP_ROWS):
+                k = step * 128 + g * GROUP_ROWS
+                group = tl.load(g_ptr + group_rows + (k // GROUP) * BLOCK_N)
+                s = (group >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+                operand = _operand(_stacked(P, g * SHIFTS, SHIFTS), group & 0xF, dtype, MAGIC, PTX)
+                rows = _x_rows(x_cols, k, tl.arange(0, GROUP_ROWS), m_in, IN, EVEN_IN)
+                acc += s[:, None] * tl.dot(operand, rows, input_precision="ieee")
         launch_next(PDL)
         if SWIGLU:
             _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, BLOCK_N)
@@ -342,20 +342,33 @@ if triton is not None:
 
     @triton.jit
     def _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):
-        """x^T [32, BLOCK_M]: input rows k .. k + 31 (zero past IN)."""
+        """x^T [len(rk), BLOCK_M]: input rows k + rk (zero past IN)."""
         if EVEN_IN:
             return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :], other=0.0)
         else:
             return tl.load(x_cols + (k + rk)[:, None], mask=m_in[None, :] & (k + rk < IN)[:, None], other=0.0)
 
     @triton.jit
+    def _stacked(P, first: tl.constexpr, SHIFTS: tl.constexpr):
+        """The words [BLOCK_N, 16] shifted by 4 first .. 4 (first + SHIFTS - 1) bits, side by side
+        [BLOCK_N, 16 SHIFTS] (shift major): word j of shift i holds rows 32 i + 2 j and 32 i + 2 j + 1."""
+        if SHIFTS == 1:
+            return P >> (4 * first)
+        elif SHIFTS == 2:
+            pair = tl.join(P >> (4 * first), P >> (4 * first + 4))  # [n, j, i]
+            return tl.reshape(tl.permute(pair, (0, 2, 1)), [P.shape[0], 32])
+        else:
+            four = tl.join(tl.join(P, P >> 4), tl.join(P >> 8, P >> 12))  # [n, j, t, u], shift t + 2 u
+            return tl.reshape(tl.permute(four, (0, 3, 2, 1)), [P.shape[0], 64])
+
+    @triton.jit
     def _operand(words, z, dtype: tl.constexpr, MAGIC: tl.constexpr, PTX: tl.constexpr):
-        """(q - z) of the 32 rows in the low nibbles of each half of the (shifted) words [BLOCK_N, 16], as
-        the dot's left operand [BLOCK_N, 32]: column 2 j + h is half h of word j. Each word is taken
-        twice, so that a pair of adjacent columns, one 32-bit register of the operand, is made from one word."""
-        twice = tl.reshape(tl.join(words, words), [words.shape[0], 32])
+        """(q - z) of the rows in the low nibbles of each half of the (shifted) words [BLOCK_N, W], as the
+        dot's left operand [BLOCK_N, 2 W]: column 2 j + h is half h of word j. Each word is taken twice, so
+        that a pair of adjacent columns, one 32-bit register of the operand, is made from one word."""
+        twice = tl.reshape(tl.join(words, words), [words.shape[0], 2 * words.shape[1]])
         if dtype == tl.float32 or not PTX:  # half h of each word's copy h, its low nibble
-            halves = tl.where((tl.arange(0, 32) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
+            halves = tl.where((tl.arange(0, 2 * words.shape[1]) % 2)[None, :] == 1, twice >> 16, twice) & 0xF
         if dtype == tl.float32:
             operand = halves.to(tl.float32) - z.to(tl.float32)[:, None]
         else:
