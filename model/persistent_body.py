@@ -566,7 +566,7 @@ if triton is not None:
             _project(x, qkv_w, qkv_tile, qkv_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
             _arrive(counter_ptr, stamps, done, TRACE)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
-            k_cache = kv_ptr + layer * layer_cache
+            k_cache = kv_ptr + tl.multiple_of(layer * layer_cache, HEAD_DIM)  # whole heads: 16-byte loads
             _attention_items(
                 qkv_ptr,
                 k_cache,
