@@ -357,7 +357,7 @@ if triton is not None:
         elif SHIFTS == 2:
             pair = tl.join(P >> (4 * first), P >> (4 * first + 4))  # [n, j, i]
             return tl.reshape(tl.permute(pair, (0, 2, 1)), [P.shape[0], 32])
-        else:
+        else:  # the whole step (first is 0)
             four = tl.join(tl.join(P, P >> 4), tl.join(P >> 8, P >> 12))  # [n, j, t, u], shift t + 2 u
             return tl.reshape(tl.permute(four, (0, 3, 2, 1)), [P.shape[0], 64])
 
