@@ -15,6 +15,11 @@ default all, in this order):
 - `awq-gemm`: one AWQ linear of each of Qwen3-32B's shapes (merged q/k/v, o, merged gate/up, down) over
   16 to 2,048 rows, through our Triton w4a16 GEMM and through dequantization into a buffer and
   torch.matmul (model/awq_prefill.py): the rows from which the second wins is where PREFILL_ROWS belongs.
+- `awq-fixed-cost`: the int4 GEMM at FIXED_COST_ROWS rows and 320 programs of 128 columns, with split-K
+  (10,240 columns, 4 splits) and without (40,960 columns, 1 split), at FIXED_COST_STEPS 128-row steps a
+  program, each timed over copies of its weights that overflow L2; a least-squares line through (bytes,
+  time) parts the GEMM's fixed cost (us) from its streaming rate (GB/s). Then an empty kernel's time in a
+  graph (`empty kernel`): what any launch costs.
 - `awq-prefill`: the AWQ Qwen3-32B's forward over a PREFILL_TOKENS-token prompt as the decoder prefills
   it, with the dequantized route at PREFILL_ROWS (on) and without it (off: the Triton GEMM), in TFLOPS
   and as a share of a PEAK_GEMM_SIZE^3 bf16 GEMM timed in the same run.
@@ -95,6 +100,7 @@ COMMAND = "python -m measure.routes"
 ROUTES = (
     "awq-dequant",
     "awq-gemm",
+    "awq-fixed-cost",
     "awq-prefill",
     "target-attention",
     "target-kernels",
@@ -110,6 +116,9 @@ DEQUANT_LAUNCHES = [
     for warps in (4, 8)
 ]
 GEMM_ROWS = (16, 65, 128, 256, 2048)  # 65: the widest tree verify
+FIXED_COST_LAYOUTS = (("split-K", 10240, 4), ("one split", 40960, 1))  # (setting, columns, splits): 320 programs
+FIXED_COST_STEPS = (2, 4, 8, 16, 32)  # 128-row steps a program
+FIXED_COST_ROWS = 8
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
 TARGET_SPLIT_CHOICES = (None, 128, 256, 512, 1024)
@@ -207,6 +216,72 @@ def awq_gemm_rows(device: torch.device, reps: int) -> list[dict]:
                 )
     release_gpu_memory()
     return rows
+
+
+def awq_fixed_cost_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The int4 GEMM's time at each of FIXED_COST_STEPS per layout of FIXED_COST_LAYOUTS, the line through
+    them (a `fit` row per layout), and an empty kernel's time in a graph."""
+    generator = torch.Generator(device=device).manual_seed(TARGET_SEED)
+    rows = []
+    for setting, out_features, splits in FIXED_COST_LAYOUTS:
+        points = []
+        for steps in FIXED_COST_STEPS:
+            in_features = steps * splits * awq_triton.STEP_IN
+            planes = random_planes(in_features, out_features, generator)
+            nbytes = planes.codes.numel() * 4 + planes.groups.numel() * 4
+            copies = [
+                planes._replace(codes=planes.codes.clone(), groups=planes.groups.clone())
+                for _ in range(max(2, L2_OVERFLOW_BYTES // nbytes))
+            ]
+            x = torch.randn(FIXED_COST_ROWS, in_features, device=device, dtype=torch.bfloat16, generator=generator)
+            tickets = torch.zeros(out_features // planes.block_n, dtype=torch.int32, device=device)
+
+            def gemm(x, weights, splits=splits, tickets=tickets):
+                return awq_triton.w4a16_matmul(x, weights, splits=splits, tickets=tickets)
+
+            timing = time_over_copies(gemm, copies, x, device, reps)
+            gbs = nbytes / timing["median_ms"] / 1e6
+            shape = f"{in_features}x{out_features}"
+            row = {"route": "awq-fixed-cost", "setting": setting, "shape": shape, "rows": FIXED_COST_ROWS, **timing}
+            rows.append({**row, "gbs": gbs, "share_of_bandwidth": gbs / bandwidth_gbs})
+            points.append((nbytes, timing["median_ms"]))
+            del planes, copies
+            release_gpu_memory()
+        fixed_us, streaming_gbs = fixed_cost_line(points)
+        rows.append(
+            {
+                "route": "awq-fixed-cost",
+                "setting": setting,
+                "fixed_us": fixed_us,
+                "streaming_gbs": streaming_gbs,
+                "share_of_bandwidth": streaming_gbs / bandwidth_gbs,
+            }
+        )
+    flag = torch.zeros(1, device=device)
+    timing = time_over_copies(lambda x, _: x.add_(1), [None] * 16, flag, device, reps)
+    rows.append({"route": "awq-fixed-cost", "setting": "empty kernel", "shape": "1 element", **timing})
+    return rows
+
+
+def random_planes(in_features: int, out_features: int, generator: torch.Generator) -> awq_triton.Planes:
+    """Planes of seeded random codes, zero points and scales, in Qwen3-32B-AWQ's groups of 128."""
+    device, groups = generator.device, in_features // 128
+    codes = torch.randint(0, 16, (in_features, out_features), device=device, generator=generator)
+    zeros = torch.randint(0, 16, (groups, out_features), device=device, generator=generator)
+    scales = torch.rand(groups, out_features, device=device, generator=generator) * 0.01
+    return awq_triton.pack_planes(codes, zeros, scales, 128)
+
+
+def fixed_cost_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """The least-squares line through (bytes, ms) points: (its time at zero bytes in us, the bytes' rate in
+    GB/s)."""
+    if len({b for b, _ in points}) < 2:
+        raise ValueError(f"a line needs two or more distinct byte counts, got {[b for b, _ in points]}")
+    mean_bytes = sum(b for b, _ in points) / len(points)
+    mean_ms = sum(ms for _, ms in points) / len(points)
+    spread = sum((b - mean_bytes) ** 2 for b, _ in points)
+    slope = sum((b - mean_bytes) * (ms - mean_ms) for b, ms in points) / spread  # ms a byte
+    return (mean_ms - slope * mean_bytes) * 1e3, 1 / slope / 1e6
 
 
 def awq_prefill_rows(device: torch.device, reps: int) -> list[dict]:
@@ -531,6 +606,11 @@ def device_operations(fn, inputs: tuple) -> int:
 
 
 def format_row(row: dict) -> str:
+    if "fixed_us" in row:
+        return (
+            f"{row['route']:16s} {row['setting']:16s} {'fit':24s} {row['fixed_us']:.1f} us fixed + the bytes at "
+            f"{row['streaming_gbs']:.0f} GB/s ({row['share_of_bandwidth']:.0%} of copy)"
+        )
     where = next(f"{key} {row[key]}" for key in ("shape", "context", "tokens", "setting") if key in row)
     if "draft" in row:
         where = f"{row['draft']} {row['shape']}"
@@ -574,6 +654,7 @@ def main(argv=None) -> int:
         measures = {
             "awq-dequant": lambda: awq_dequant_rows(device, args.reps),
             "awq-gemm": lambda: awq_gemm_rows(device, args.reps),
+            "awq-fixed-cost": lambda: awq_fixed_cost_rows(device, args.reps, bandwidth_gbs),
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "target-kernels": lambda: target_kernel_rows(device, args.reps, bandwidth_gbs),

@@ -17,9 +17,10 @@ def test_routes_parse_in_their_fixed_order():
     assert routes.parse_routes("draft-attention,awq-gemm") == ("awq-gemm", "draft-attention")
     assert routes.parse_routes(" awq-prefill ") == ("awq-prefill",)
     assert routes.parse_routes("draft-gemv,draft-layer") == ("draft-layer", "draft-gemv")
+    assert routes.parse_routes("awq-prefill,awq-fixed-cost") == ("awq-fixed-cost", "awq-prefill")
     with pytest.raises(
         ArgumentTypeError,
-        match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-prefill, target-attention, "
+        match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, target-attention, "
         r"target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
@@ -28,7 +29,7 @@ def test_routes_parse_in_their_fixed_order():
 def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-prefill, "
+        "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, "
         "target-attention, target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all) "
         "(see python -m measure.routes --help)"
     ]
@@ -93,6 +94,21 @@ def test_rows_format_with_their_units():
     assert routes.format_row(prefill).endswith("400 TFLOPS (54% of peak)")
     dequant = {"route": "awq-dequant", "setting": "32x256 w4", "shape": "gate_up", **timing, "gbs": 327.7}
     assert routes.format_row(dequant).endswith("[p10 1.900, p90 2.200], 328 GB/s")
+
+
+def test_fixed_cost_line_parts_the_time_at_zero_bytes_from_the_rate():
+    rate_gbs, fixed_us = 2500.0, 6.0
+    points = [(n, fixed_us / 1e3 + n / rate_gbs / 1e6) for n in (5_600_000, 11_100_000, 22_300_000, 89_100_000)]
+    fixed, rate = routes.fixed_cost_line(points)
+    assert fixed == pytest.approx(fixed_us) and rate == pytest.approx(rate_gbs)
+    planes = routes.random_planes(512, 256, torch.Generator().manual_seed(0))  # the route's weights
+    assert planes.codes.shape == (2, 4, 128, 16) and planes.groups.shape == (2, 4, 128)
+    with pytest.raises(ValueError, match="two or more distinct byte counts"):
+        routes.fixed_cost_line([(100, 0.1), (100, 0.2)])
+    fit = {"route": "awq-fixed-cost", "setting": "split-K", "fixed_us": 6.1, "streaming_gbs": 2689.4}
+    assert " ".join(routes.format_row({**fit, "share_of_bandwidth": 0.66}).split()) == (
+        "awq-fixed-cost split-K fit 6.1 us fixed + the bytes at 2689 GB/s (66% of copy)"
+    )
 
 
 def test_gemv_sweep_keeps_dividing_splits_and_picks_one_launch_per_shape_over_all_rows():
