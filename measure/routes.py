@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 
 from model import awq_prefill, awq_triton, dense_gemv, fused_ops, persistent_body
-from model.awq import AWQLinear
+from model.awq import AWQLinear, unpack_int4
 from model.cli import run_torch_command
 from model.decoder import Decoder
 from model.graphs import GraphedCall
@@ -264,12 +264,11 @@ def awq_fixed_cost_rows(device: torch.device, reps: int, bandwidth_gbs: float) -
 
 
 def random_planes(in_features: int, out_features: int, generator: torch.Generator) -> awq_triton.Planes:
-    """Planes of seeded random codes, zero points and scales, in Qwen3-32B-AWQ's groups of 128."""
-    device, groups = generator.device, in_features // 128
-    codes = torch.randint(0, 16, (in_features, out_features), device=device, generator=generator)
-    zeros = torch.randint(0, 16, (groups, out_features), device=device, generator=generator)
-    scales = torch.rand(groups, out_features, device=device, generator=generator) * 0.01
-    return awq_triton.pack_planes(codes, zeros, scales, 128)
+    """The planes of a synthetic AWQ layer (AWQLinear.randomize_) in Qwen3-32B-AWQ's groups."""
+    layer = AWQLinear(in_features, out_features, PRESETS[TARGET_AWQ].awq_group_size).to(generator.device)
+    layer.randomize_(generator)
+    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
+    return awq_triton.pack_planes(codes, zeros, layer.scales, layer.group_size)
 
 
 def fixed_cost_line(points: list[tuple[int, float]]) -> tuple[float, float]:
