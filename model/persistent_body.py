@@ -8,8 +8,10 @@ layer the phases are separated by grid barriers instead of launches:
 1. every program normalizes the residual stream (held whole in its registers) and computes its column
    blocks of the merged q/k/v projection;
 2. attention, one work item per (KV head, split of the cache): the split's size grows with the context
-   so that the items stay at most the programs; the item whose split holds the new token first writes
-   its key and value to the cache; each item's query heads are normed and rotated as
+   so that the items stay at most the programs; each item's first block of keys and values is loaded
+   before the barrier in front of the attention (no slot below the new token's changes in the step),
+   the new token's key and value go into that block in registers as well as into the cache (by the
+   item whose split holds them); each item's query heads are normed and rotated as
    fused_ops.qkv_attention does, its partial softmax stored, and the last split of a KV head to finish
    merges them all at once;
 3. o_proj's column blocks (the residual's update);
@@ -26,7 +28,10 @@ Tried and not kept (measure.routes' route `draft-persistent`, one H200): each pr
 its slices of the layer's later weights as the attention starts (Hopper's bulk prefetch) made the
 attention phase 1.6-3.3x slower, its loads queued behind the prefetches, and the GEMVs barely faster;
 all of a phase's weights loaded ahead (up to 65,536 elements a program, at 16 warps) spilled registers
-and made the phase before it wait for them.
+and made the phase before it wait for them. Session 24 (one H100): the programs without an attention item
+asking L2 for the layer's o and gate/up weights (or all its later ones) made those phases 0.3-0.5 us
+faster and the attention 1-2 us slower at 300 and 3-10 us at 4,000; every thread polling the barrier's
+count (not thread 0 alone) made the barriers 0.5-1.3 us slower.
 
 The barrier is a counter in global memory that each program increments once and then polls; it needs
 every program resident at once, so the grid is at most one program per SM (measure.routes' route
@@ -362,6 +367,31 @@ if triton is not None:
             _swiglu(x, rest_gate, rest_up, act_ptr, _phase_columns(pid, programs, AHEAD, BLOCK_N, AFTER), I)
 
     @triton.jit
+    def _split_geometry(p, programs, HKV: tl.constexpr, BLOCK_SLOTS: tl.constexpr, MAX_SPLITS: tl.constexpr):
+        """A split's slots and the splits a KV head takes at position p: a whole number of BLOCK_SLOTS
+        slots, as few as keep every KV head at most MAX_SPLITS splits (and the items at most the programs):
+        at context 300, 10 of 32 slots; at 4,000, 16 of 256."""
+        most = tl.maximum(tl.minimum(programs // HKV, MAX_SPLITS), 1)
+        split_slots = tl.cdiv(p // BLOCK_SLOTS + 1, most) * BLOCK_SLOTS
+        return split_slots, p // split_slots + 1
+
+    @triton.jit
+    def _first_block(
+        k_ptr, v_ptr, item, p, split_slots, splits, S, HKV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SLOTS: tl.constexpr
+    ):
+        """The keys and values of work item `item`'s first block of slots [BLOCK_SLOTS, HEAD_DIM] (zeros
+        past the split, or for no item), loaded before the barrier in front of the attention: no slot
+        below p changes in this step, and slot p's stale row is replaced in registers (_attention_items)."""
+        kv = item // splits
+        first = (item % splits) * split_slots
+        slot = first + tl.arange(0, BLOCK_SLOTS)
+        visible = (slot < tl.minimum(first + split_slots, p + 1)) & (item < HKV * splits)
+        at = (kv * S).to(tl.int64) * HEAD_DIM + slot[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+        k = tl.load(k_ptr + at, mask=visible[:, None], other=0.0)
+        v = tl.load(v_ptr + at, mask=visible[:, None], other=0.0)
+        return k, v
+
+    @triton.jit
     def _attention_items(
         qkv_ptr,
         k_ptr,
@@ -371,6 +401,8 @@ if triton is not None:
         cos_ptr,
         sin_ptr,
         p,
+        k_first,
+        v_first,
         sums_ptr,
         stats_ptr,
         ticket_ptr,
@@ -390,77 +422,108 @@ if triton is not None:
         NORM: tl.constexpr,
     ):
         """This program's (KV head, split) items of one token's attention at position p (module docstring):
-        fused_ops._attention_split_kernel's work for one token, the merged q/k/v output as its input. A
-        split is a whole number of BLOCK_SLOTS slots, as few as keep every KV head at most MAX_SPLITS
-        splits (and the items at most the programs): at context 300, 10 of 32 slots; at 4,000, 16 of 256."""
-        HALF: tl.constexpr = HEAD_DIM // 2
-        half = tl.arange(0, HALF)[None, :]
+        fused_ops._attention_split_kernel's work for one token, the merged q/k/v output as its input, the
+        first item's first block of keys and values (k_first, v_first: _first_block) already loaded. On a
+        GPU a program has at most one item; on the interpreter's one program, each item loads the next's."""
         m = tl.arange(0, BLOCK_M)
         valid = m < GROUP
         d = tl.arange(0, HEAD_DIM)
-        most = tl.maximum(tl.minimum(programs // HKV, MAX_SPLITS), 1)
-        split_slots = tl.cdiv(p // BLOCK_SLOTS + 1, most) * BLOCK_SLOTS
-        splits = p // split_slots + 1
-        row_of_p = tl.full([1, 1], 0, tl.int64) + p
+        split_slots, splits = _split_geometry(p, programs, HKV, BLOCK_SLOTS, MAX_SPLITS)
+        new = tl.full([1, 1], 0, tl.int64) + p
         for item in range(pid, HKV * splits, programs):
             kv = item // splits
             split = item % splits
             first = split * split_slots
-            if split == splits - 1:  # the new token's key and value, in this split's slots
-                new = row_of_p
-                every = new >= 0
-                r1, r2 = fused_ops._prepared_heads(
-                    qkv_ptr, (H + kv) * HEAD_DIM, every, kw_ptr, cos_ptr, sin_ptr, new, eps, k_ptr, HEAD_DIM, NORM
-                )
-                slot = (kv * S + new) * HEAD_DIM + half
-                tl.store(k_ptr + slot, r1.to(k_ptr.dtype.element_ty))
-                tl.store(k_ptr + slot + HALF, r2.to(k_ptr.dtype.element_ty))
-                v_src = qkv_ptr + (H + HKV + kv) * HEAD_DIM + half
-                tl.store(v_ptr + slot, tl.load(v_src, cache_modifier=".cg"))
-                tl.store(v_ptr + slot + HALF, tl.load(v_src + HALF, cache_modifier=".cg"))
-                tl.debug_barrier()  # the program's reads of the slot come after every thread's writes
+            # the query heads and the new token's key and value, their loads issued together
             head = kv * GROUP + tl.where(valid, m, 0)
             positions = tl.full([BLOCK_M], 0, tl.int64) + p
-            r1, r2 = fused_ops._prepared_heads(
-                qkv_ptr,
-                (head * HEAD_DIM)[:, None],
-                valid[:, None],
-                qw_ptr,
-                cos_ptr,
-                sin_ptr,
-                positions[:, None],
-                eps,
-                o_ptr,
+            q = _joined(
+                *fused_ops._prepared_heads(
+                    qkv_ptr,
+                    (head * HEAD_DIM)[:, None],
+                    valid[:, None],
+                    qw_ptr,
+                    cos_ptr,
+                    sin_ptr,
+                    positions[:, None],
+                    eps,
+                    o_ptr,
+                    HEAD_DIM,
+                    NORM,
+                ),
+                BLOCK_M,
                 HEAD_DIM,
-                NORM,
-            )
-            q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (BLOCK_M, HEAD_DIM)).to(o_ptr.dtype.element_ty)
+            ).to(o_ptr.dtype.element_ty)
+            key = _joined(
+                *fused_ops._prepared_heads(
+                    qkv_ptr, (H + kv) * HEAD_DIM, new >= 0, kw_ptr, cos_ptr, sin_ptr, new, eps, k_ptr, HEAD_DIM, NORM
+                ),
+                1,
+                HEAD_DIM,
+            ).to(k_ptr.dtype.element_ty)
+            value = tl.load(qkv_ptr + (H + HKV + kv) * HEAD_DIM + d[None, :], cache_modifier=".cg")
+            slot = (kv * S + new) * HEAD_DIM + d[None, :]
+            holds_new = split == splits - 1  # the split whose slots hold the new token writes it to the cache
+            tl.store(k_ptr + slot, key, mask=holds_new)
+            tl.store(v_ptr + slot, value, mask=holds_new)
+            is_new = (first + tl.arange(0, BLOCK_SLOTS) == p)[:, None]
+            k_first = tl.where(is_new, key, k_first)
+            v_first = tl.where(is_new, value, v_first)
+            tl.debug_barrier()  # later blocks' reads of the new slot come after every thread's writes
             stop = tl.minimum(first + split_slots, p + 1)
             running_max, total, acc = _split_softmax(
-                q, k_ptr, v_ptr, (kv * S).to(tl.int64) * HEAD_DIM, first, stop, scale, BLOCK_M, HEAD_DIM, BLOCK_SLOTS
+                q,
+                k_first,
+                v_first,
+                k_ptr,
+                v_ptr,
+                (kv * S).to(tl.int64) * HEAD_DIM,
+                first,
+                stop,
+                scale,
+                BLOCK_M,
+                HEAD_DIM,
+                BLOCK_SLOTS,
             )
             rows = ((kv * GROUP + m) * MAX_SPLITS + split).to(tl.int64)
             tl.store(sums_ptr + rows[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
             tl.store(stats_ptr + rows * 2, running_max, mask=valid)
             tl.store(stats_ptr + rows * 2 + 1, total, mask=valid)
+            k_first, v_first = _first_block(
+                k_ptr, v_ptr, item + programs, p, split_slots, splits, S, HKV, HEAD_DIM, BLOCK_SLOTS
+            )
             tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
             if tl.atomic_add(ticket_ptr + kv, 1, sem="acq_rel", scope="gpu") == splits - 1:
                 _merge_splits(sums_ptr, stats_ptr, o_ptr, kv, splits, GROUP, HEAD_DIM, MAX_SPLITS)
                 tl.store(ticket_ptr + kv, 0)
 
     @triton.jit
+    def _joined(r1, r2, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """Rotated halves [ROWS, HEAD_DIM // 2] each, side by side: the heads [ROWS, HEAD_DIM]."""
+        return tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (ROWS, HEAD_DIM))
+
+    @triton.jit
     def _split_softmax(
-        q, k_ptr, v_ptr, cache, first, stop, scale, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr
+        q,
+        k,
+        v,
+        k_ptr,
+        v_ptr,
+        cache,
+        first,
+        stop,
+        scale,
+        BLOCK_M: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_N: tl.constexpr,
     ):
         """fused_ops._causal_softmax over the slots first .. stop - 1 (all visible: below the query's position
-        or at it), each block's keys and values loaded while the block before is summed."""
+        or at it), the first block's keys and values given, each later block's loaded while the block
+        before is summed."""
         d = tl.arange(0, HEAD_DIM)[None, :]
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        slot = first + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + cache + slot[:, None] * HEAD_DIM + d, mask=(slot < stop)[:, None], other=0.0)
-        v = tl.load(v_ptr + cache + slot[:, None] * HEAD_DIM + d, mask=(slot < stop)[:, None], other=0.0)
         for start in range(first, stop, BLOCK_N):
             following = start + BLOCK_N + tl.arange(0, BLOCK_N)
             ahead = (following < stop)[:, None]
@@ -553,6 +616,7 @@ if triton is not None:
         token = tl.load(token_ptr).to(tl.int64)
         h = tl.load(embed_ptr + token * HIDDEN + hidden).to(tl.float32)
         done = pid * 0  # barriers passed (a tensor: the loop carries it)
+        split_slots, splits = _split_geometry(p, programs, HKV, BLOCK_SLOTS, MAX_SPLITS)
         stamps = stamps_ptr + pid * PHASES * LAYERS * 2
         qkv_tile = _phase_tile(qkv_w_ptr, pid, programs, 0, QKV_N, HIDDEN, QKV[0], QKV[1], HIDDEN)
         for layer in range(LAYERS):
@@ -565,17 +629,23 @@ if triton is not None:
             qkv_w = qkv_w_ptr + layer * QKV_N * HIDDEN
             _project(x, qkv_w, qkv_tile, qkv_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
             _arrive(counter_ptr, stamps, done, TRACE)
-            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             k_cache = kv_ptr + tl.multiple_of(layer * layer_cache, HEAD_DIM)  # whole heads: 16-byte loads
+            v_cache = k_cache + HKV * S * HEAD_DIM
+            k_first, v_first = _first_block(
+                k_cache, v_cache, pid, p, split_slots, splits, S, HKV, HEAD_DIM, BLOCK_SLOTS
+            )
+            done = _leave(counter_ptr, stamps, done, programs, TRACE)
             _attention_items(
                 qkv_ptr,
                 k_cache,
-                k_cache + HKV * S * HEAD_DIM,
+                v_cache,
                 qw_ptr + layer * HEAD_DIM,
                 kw_ptr + layer * HEAD_DIM,
                 cos_ptr,
                 sin_ptr,
                 p,
+                k_first,
+                v_first,
                 sums_ptr,
                 stats_ptr,
                 ticket_ptr,

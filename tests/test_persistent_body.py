@@ -58,6 +58,22 @@ def test_a_stale_cache_changes_the_step():
     assert (persistent.forward_hidden(token, at) - want).abs().max() > 100 * TOL * want.abs().max()
 
 
+
+def test_the_new_token_replaces_its_slot_s_stale_row_in_the_block_loaded_ahead():
+    """A split's first block of keys and values is loaded before the step writes the new token's slot:
+    whatever that slot held before (here a huge value) must not reach the step or the cache."""
+    persistent, fused = _fused("tiny-qwen3-draft"), _fused("tiny-qwen3-draft")
+    persistent_body.attach(persistent)
+    prompt = torch.randint(0, 512, (1, 20), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    positions = torch.arange(20, device=DEVICE)
+    persistent.forward_hidden(prompt, positions)
+    fused.forward_hidden(prompt, positions)
+    persistent.kv_caches[:, :, :, :, 20] = 1e4  # position 20: inside the first block of 32 slots
+    token, at = torch.tensor([[9]], device=DEVICE), torch.tensor([20], device=DEVICE)
+    want = fused.forward_hidden(token, at)
+    assert (persistent.forward_hidden(token, at) - want).abs().max() <= TOL * want.abs().max()
+    assert (persistent.kv_caches - fused.kv_caches).abs().max() <= TOL * fused.kv_caches.abs().max()
+
 def test_only_a_dense_fused_model_takes_it_and_wider_forwards_keep_the_fused_kernels(monkeypatch):
     for name, kernels in (("tiny-qwen3-awq", "fused"), ("tiny-qwen3-draft", "torch")):
         model = load_model(name, DEVICE, "float32", seed=1, max_seq_len=8, kernels=kernels).model
