@@ -377,7 +377,16 @@ if triton is not None:
 
     @triton.jit
     def _first_block(
-        k_ptr, v_ptr, item, p, split_slots, splits, S, HKV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SLOTS: tl.constexpr
+        k_ptr,
+        v_ptr,
+        item,
+        p,
+        split_slots,
+        splits,
+        S,
+        HKV: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_SLOTS: tl.constexpr,
     ):
         """The keys and values of work item `item`'s first block of slots [BLOCK_SLOTS, HEAD_DIM] (zeros
         past the split, or for no item), loaded before the barrier in front of the attention: no slot

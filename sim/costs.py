@@ -20,6 +20,10 @@ from contracts.profile import OPTIONAL_COSTS, REQUIRED_COSTS, TREE_ATTENTION_COS
 from .heads import HeadCosts
 
 MEMO_ENTRIES = 100_000  # lookups remembered per cost (a few MB); repeated contexts hit it
+# a measured point is noisy where its p90 is this many times its p10 and NOISY_MS above it: its median may
+# come from a burst of host or device activity, which then moves every prediction that uses it
+NOISY_SPREAD = 5.0
+NOISY_MS = 0.1
 
 
 def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
@@ -36,6 +40,25 @@ def _interp_1d(xs: list[float], ys: list[float], x: float) -> float:
     return max(0.0, value)
 
 
+def _noisiest(raw: dict, name: str, axes: tuple[str, ...]) -> str | None:
+    """The warning for the measured point (with p10_ms and p90_ms) whose spread is widest past
+    NOISY_SPREAD and NOISY_MS, or None."""
+    spreads = []
+    for point in raw.get("points", [raw]):
+        low, high = point.get("p10_ms"), point.get("p90_ms")
+        timed = isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0
+        if timed and high >= NOISY_SPREAD * low and high - low >= NOISY_MS:
+            spreads.append((high / low, low, high, point))
+    if not spreads:
+        return None
+    ratio, low, high, point = max(spreads, key=lambda spread: spread[0])
+    where = " at " + ", ".join(f"{axis}={point[axis]:g}" for axis in axes) if axes else ""
+    return (
+        f"{name}: noisy measurement{where}: p10 {low:.4g} ms, median {point['median_ms']:.4g}, p90 {high:.4g} "
+        f"({ratio:.1f}x): measure it again"
+    )
+
+
 @dataclass(frozen=True)
 class Cost:
     """One operation's cost: `device_ms(**axes)` and `host_ms(**axes)` at any point."""
@@ -47,12 +70,13 @@ class Cost:
     flat_up_to: dict  # axis -> value up to which the cost stays at its largest measured point
     memo: dict
     outside: dict  # axis -> (lowest, highest) value queried outside the measured range
+    noisy: str | None  # the warning for its noisiest measured point, if one is noisy
 
     @classmethod
     def parse(cls, raw, where: str, name: str, flat_up_to: dict | None = None) -> Cost:
         axes, grid = cost_grid(raw, where)
         values = tuple(tuple(sorted({k[d] for k in grid})) for d in range(len(axes)))
-        return cls(name, axes, grid, values, flat_up_to or {}, {}, {})
+        return cls(name, axes, grid, values, flat_up_to or {}, {}, {}, _noisiest(raw, name, axes))
 
     def _measured(self, query: tuple[float, ...]) -> tuple[float, ...]:
         """The query with flat axes held at their last measured point, and every value still outside
@@ -67,14 +91,16 @@ class Cost:
             held.append(x)
         return tuple(held)
 
-    def extrapolations(self) -> list[str]:
-        """One line per axis queried outside what was measured."""
-        return [
+    def warnings(self) -> list[str]:
+        """One line per axis queried outside what was measured, and one if the cost was used and a
+        measured point of it is noisy."""
+        lines = [
             f"{self.name}: {axis} {low:g}..{high:g} was asked, measured {xs[0]:g}..{xs[-1]:g}: extrapolated"
             for axis, xs in zip(self.axes, self.values)
             if axis in self.outside
             for low, high in [self.outside[axis]]
         ]
+        return lines + ([self.noisy] if self.noisy and self.memo else [])
 
     def _at(self, which: int, query: tuple[float, ...], prefix: tuple = ()) -> float:
         """Interpolated along each axis in turn between the two grid values around the query (the
@@ -161,9 +187,9 @@ class Costs:
                         "times prompt lookup always, and early exit with --early-exit-layers L)"
                     )
 
-    def extrapolations(self) -> list[str]:
-        """Warnings for every cost asked outside its measured grid so far."""
-        return [line for cost in self.named.values() for line in cost.extrapolations()]
+    def warnings(self) -> list[str]:
+        """Warnings for every cost asked outside its measured grid so far, and for noisy ones used."""
+        return [line for cost in self.named.values() for line in cost.warnings()]
 
     def head(self, head: str) -> Cost:
         return self.head_dense if head == "dense" else self.head_flashhead

@@ -538,6 +538,6 @@ def run(
     for row in rows:
         row["speedup"] = row["decode_tok_s"] / base if base else None
         row["regime"] = r.regime
-    r.warnings = costs.extrapolations()
+    r.warnings = costs.warnings()
     r.notes += [f"warning: {line}" for line in r.warnings]
     return rows, r

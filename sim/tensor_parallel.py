@@ -47,8 +47,8 @@ class TensorParallelForward:
         issued = 0.0 if self.graphed else self._all_reduces("host_ms", axes[self.rows])
         return self.compute.host_ms(**axes) + issued
 
-    def extrapolations(self) -> list[str]:
-        return self.compute.extrapolations() + self.all_reduce.extrapolations()
+    def warnings(self) -> list[str]:
+        return self.compute.warnings() + self.all_reduce.warnings()
 
 
 def placed(profile: Profile, placement: str, regime: str, all_reduce_scale: float, drafters, notes: list) -> Profile:

@@ -58,7 +58,6 @@ def test_a_stale_cache_changes_the_step():
     assert (persistent.forward_hidden(token, at) - want).abs().max() > 100 * TOL * want.abs().max()
 
 
-
 def test_the_new_token_replaces_its_slot_s_stale_row_in_the_block_loaded_ahead():
     """A split's first block of keys and values is loaded before the step writes the new token's slot:
     whatever that slot held before (here a huge value) must not reach the step or the cache."""
@@ -73,6 +72,7 @@ def test_the_new_token_replaces_its_slot_s_stale_row_in_the_block_loaded_ahead()
     want = fused.forward_hidden(token, at)
     assert (persistent.forward_hidden(token, at) - want).abs().max() <= TOL * want.abs().max()
     assert (persistent.kv_caches - fused.kv_caches).abs().max() <= TOL * fused.kv_caches.abs().max()
+
 
 def test_only_a_dense_fused_model_takes_it_and_wider_forwards_keep_the_fused_kernels(monkeypatch):
     for name, kernels in (("tiny-qwen3-awq", "fused"), ("tiny-qwen3-draft", "torch")):

@@ -233,3 +233,23 @@ def test_extrapolation_never_falls_past_the_measured_range():
     rising = cost({128: 10.0, 1024: 19.0})
     assert rising.device_ms(prompt_len=2048) == pytest.approx(10.0 + 9.0 * (2048 - 128) / 896)
     assert rising.device_ms(prompt_len=64) == pytest.approx(10.0 - 9.0 * 64 / 896)
+
+
+def test_a_noisy_cost_that_a_prediction_uses_is_named_in_its_warnings(tmp_path):
+    """A point timed in a burst of host activity (p90 10x its p10) moves every prediction that uses it:
+    the run says which cost and where. A tight spread, or a noisy cost the run never asks, says nothing."""
+
+    def warnings(placement, copy_token):
+        raw = tiny_profile(placement)
+        raw["regimes"]["eager"]["host"]["copy_token_ms"] = copy_token
+        (profile,) = write(tmp_path, raw)
+        scenario = Scenario(profile=str(profile), acceptance="0.5", prompts=2, max_new_tokens=12, heads=("dense",))
+        return run(scenario, ceiling=False)[1].warnings
+
+    noisy = {"median_ms": 1.362, "p10_ms": 0.305, "p90_ms": 3.005, "n": 8}
+    lines = [line for line in warnings("two-gpu", noisy) if "noisy" in line]
+    assert lines == [
+        "host.copy_token_ms: noisy measurement: p10 0.305 ms, median 1.362, p90 3.005 (9.9x): measure it again"
+    ]
+    assert not [line for line in warnings("two-gpu", {**noisy, "p10_ms": 1.0, "p90_ms": 1.9}) if "noisy" in line]
+    assert not [line for line in warnings("one-gpu", noisy) if "noisy" in line]  # one GPU copies no token
