@@ -43,15 +43,22 @@ def test_a_step_is_the_fused_kernels_step_and_writes_the_same_cache(name):
         assert body.counters.tolist() == [0, 0] and body.tickets.eq(0).all()  # ready for the next launch
 
 
+def _prefilled_pair(length: int, seed: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The tiny Qwen3 draft on the persistent step and on the fused kernels, both prefilled with the same
+    random prompt of `length` tokens."""
+    persistent, fused = _fused("tiny-qwen3-draft"), _fused("tiny-qwen3-draft")
+    persistent_body.attach(persistent)
+    prompt = torch.randint(0, 512, (1, length), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    positions = torch.arange(length, device=DEVICE)
+    persistent.forward_hidden(prompt, positions)
+    fused.forward_hidden(prompt, positions)
+    return persistent, fused
+
+
 def test_a_stale_cache_changes_the_step():
     """Negative control: the comparison above sees the cache the step reads (a slot of the prompt
     overwritten makes the persistent step differ from the fused one)."""
-    persistent, fused = _fused("tiny-qwen3-draft"), _fused("tiny-qwen3-draft")
-    persistent_body.attach(persistent)
-    prompt = torch.randint(0, 512, (1, 40), generator=torch.Generator().manual_seed(1)).to(DEVICE)
-    positions = torch.arange(40, device=DEVICE)
-    persistent.forward_hidden(prompt, positions)
-    fused.forward_hidden(prompt, positions)
+    persistent, fused = _prefilled_pair(40, seed=1)
     persistent.kv_caches[:, :, :, :, 3] += 1.0
     token, at = torch.tensor([[5]], device=DEVICE), torch.tensor([40], device=DEVICE)
     want = fused.forward_hidden(token, at)
@@ -61,12 +68,7 @@ def test_a_stale_cache_changes_the_step():
 def test_the_new_token_replaces_its_slot_s_stale_row_in_the_block_loaded_ahead():
     """A split's first block of keys and values is loaded before the step writes the new token's slot:
     whatever that slot held before (here a huge value) must not reach the step or the cache."""
-    persistent, fused = _fused("tiny-qwen3-draft"), _fused("tiny-qwen3-draft")
-    persistent_body.attach(persistent)
-    prompt = torch.randint(0, 512, (1, 20), generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    positions = torch.arange(20, device=DEVICE)
-    persistent.forward_hidden(prompt, positions)
-    fused.forward_hidden(prompt, positions)
+    persistent, fused = _prefilled_pair(20, seed=2)
     persistent.kv_caches[:, :, :, :, 20] = 1e4  # position 20: inside the first block of 32 slots
     token, at = torch.tensor([[9]], device=DEVICE), torch.tensor([20], device=DEVICE)
     want = fused.forward_hidden(token, at)
