@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from contracts import UsageError
 from contracts.cli import OneLineParser
 from model import awq_triton
-from model.awq import AWQLinear, unpack_int4
+from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import width
 
@@ -149,9 +149,7 @@ def sweep_shape(sweep: Sweep, name: str, in_features: int, out_features: int, ba
     layer.select_kernel("dequant")  # drops the repacked copy
     torch.cuda.empty_cache()
 
-    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
-    planes = {block_n: awq_triton.pack_planes(codes, zeros, layer.scales, GROUP, block_n) for block_n in BLOCK_NS}
-    del codes, zeros
+    planes = {block_n: layer.planes(block_n) for block_n in BLOCK_NS}
     default = {"splits": awq_triton.default_splits(ROWS, planes[awq_triton.BLOCK_N], device), **awq_triton.LAUNCH}
     results = []  # (ms, error, block_n, config)
 

@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 
 from model import awq_prefill, awq_triton, dense_gemv, fused_ops, persistent_body
-from model.awq import AWQLinear, unpack_int4
+from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
 from model.graphs import GraphedCall
@@ -267,8 +267,7 @@ def random_planes(in_features: int, out_features: int, generator: torch.Generato
     """The planes of a synthetic AWQ layer (AWQLinear.randomize_) in Qwen3-32B-AWQ's groups."""
     layer = AWQLinear(in_features, out_features, PRESETS[TARGET_AWQ].awq_group_size).to(generator.device)
     layer.randomize_(generator)
-    codes, zeros = unpack_int4(layer.qweight), unpack_int4(layer.qzeros)
-    return awq_triton.pack_planes(codes, zeros, layer.scales, layer.group_size)
+    return layer.planes()
 
 
 def fixed_cost_line(points: list[tuple[int, float]]) -> tuple[float, float]:

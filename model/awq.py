@@ -167,6 +167,11 @@ class AWQLinear(nn.Module):
         scales = self.scales.float().repeat_interleave(self.group_size, dim=0)
         return ((codes - zeros) * scales).t()
 
+    def planes(self, block_n: int = awq_triton.BLOCK_N, swiglu: bool = False) -> awq_triton.Planes:
+        """The layer's weights packed for our Triton int4 GEMM (awq_triton.pack_planes)."""
+        codes, zeros = unpack_int4(self.qweight), unpack_int4(self.qzeros)
+        return awq_triton.pack_planes(codes, zeros, self.scales, self.group_size, block_n, swiglu=swiglu)
+
     # ---- kernels ------------------------------------------------------------------------------
     def select_kernel(self, kernel: str | None = None, dtype: torch.dtype = torch.float32) -> str:
         """Makes `kernel` (or the first of KERNELS that works) the forward path for activations of
@@ -252,9 +257,7 @@ class AWQLinear(nn.Module):
         # A gate/up layer's planes pair its columns where they fit (awq_triton.swiglu_order): `run` puts them
         # back in order.
         paired = self.gate_up and awq_triton.swiglu_fits(self.out_features)
-        planes = awq_triton.pack_planes(
-            unpack_int4(self.qweight), unpack_int4(self.qzeros), self.scales, self.group_size, swiglu=paired
-        )
+        planes = self.planes(swiglu=paired)
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
         in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if paired else None
 
