@@ -410,6 +410,8 @@ if triton is not None:
         cos_ptr,
         sin_ptr,
         p,
+        split_slots,
+        splits,
         k_first,
         v_first,
         sums_ptr,
@@ -432,14 +434,18 @@ if triton is not None:
     ):
         """This program's (KV head, split) items of one token's attention at position p (module docstring):
         fused_ops._attention_split_kernel's work for one token, the merged q/k/v output as its input, the
-        first item's first block of keys and values (k_first, v_first: _first_block) already loaded. On a
-        GPU a program has at most one item; on the interpreter's one program, each item loads the next's."""
+        splits as _split_geometry gives them, and the first item's first block of keys and values (k_first,
+        v_first: _first_block) already loaded. On a GPU a program has at most one item; on the interpreter's
+        one program, each later item loads its own first block."""
         m = tl.arange(0, BLOCK_M)
         valid = m < GROUP
         d = tl.arange(0, HEAD_DIM)
-        split_slots, splits = _split_geometry(p, programs, HKV, BLOCK_SLOTS, MAX_SPLITS)
         new = tl.full([1, 1], 0, tl.int64) + p
         for item in range(pid, HKV * splits, programs):
+            if item != pid:
+                k_first, v_first = _first_block(
+                    k_ptr, v_ptr, item, p, split_slots, splits, S, HKV, HEAD_DIM, BLOCK_SLOTS
+                )
             kv = item // splits
             split = item % splits
             first = split * split_slots
@@ -498,9 +504,6 @@ if triton is not None:
             tl.store(sums_ptr + rows[:, None] * HEAD_DIM + d[None, :], acc, mask=valid[:, None])
             tl.store(stats_ptr + rows * 2, running_max, mask=valid)
             tl.store(stats_ptr + rows * 2 + 1, total, mask=valid)
-            k_first, v_first = _first_block(
-                k_ptr, v_ptr, item + programs, p, split_slots, splits, S, HKV, HEAD_DIM, BLOCK_SLOTS
-            )
             tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
             if tl.atomic_add(ticket_ptr + kv, 1, sem="acq_rel", scope="gpu") == splits - 1:
                 _merge_splits(sums_ptr, stats_ptr, o_ptr, kv, splits, GROUP, HEAD_DIM, MAX_SPLITS)
@@ -653,6 +656,8 @@ if triton is not None:
                 cos_ptr,
                 sin_ptr,
                 p,
+                split_slots,
+                splits,
                 k_first,
                 v_first,
                 sums_ptr,

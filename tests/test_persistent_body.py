@@ -23,7 +23,7 @@ def _fused(name: str) -> torch.nn.Module:
     return load_model(name, DEVICE, "float32", seed=1, max_seq_len=160, kernels="fused").model
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3-draft", "tiny-llama-draft"])
+@pytest.mark.parametrize("name", ["tiny-qwen3-draft", "tiny-llama-draft", "tiny-qwen3"])  # tiny-qwen3: 2 KV heads
 def test_a_step_is_the_fused_kernels_step_and_writes_the_same_cache(name):
     persistent, fused = _fused(name), _fused(name)
     persistent_body.attach(persistent)
