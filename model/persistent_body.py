@@ -22,7 +22,10 @@ layer the phases are separated by grid barriers instead of launches:
 Weights do not depend on the activations, so each program loads its weights for a phase (as many as
 MAX_AHEAD_ELEMENTS allows; the rest as the phase starts) between its arrival at the barrier in front of
 that phase and its wait there: the wait overlaps their arrival (loaded before the arrival, they held it
-back, since thread 0's release waits for that thread's loads). A GEMV tile is [blocks, columns, the
+back, since thread 0's release waits for that thread's loads); so do the norms' weights. A phase's blocks
+after those loaded ahead are asked for as soon as the program leaves the barrier, before it reads the
+residual's update (one H200, against them asked for after the norm: faster in 7 of 8 pairs measured in one
+process, by 1-5%, the medians 1.8% at context 300 and 2.2% at 4,000). A GEMV tile is [blocks, columns, the
 whole input] (masked up to a power of two), summed in float32 on the CUDA cores (`phase_launch`).
 Tried and not kept (measure.routes' route `draft-persistent`, one H200): each program asking L2 for
 its slices of the layer's later weights as the attention starts (Hopper's bulk prefetch) made the
@@ -31,7 +34,11 @@ all of a phase's weights loaded ahead (up to 65,536 elements a program, at 16 wa
 and made the phase before it wait for them. Session 24 (one H100): the programs without an attention item
 asking L2 for the layer's o and gate/up weights (or all its later ones) made those phases 0.3-0.5 us
 faster and the attention 1-2 us slower at 300 and 3-10 us at 4,000; every thread polling the barrier's
-count (not thread 0 alone) made the barriers 0.5-1.3 us slower.
+count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one H200, docs/design.md, "the
+draft step's phases, measured against three other routes"): o_proj as (KV head, columns) items that merge the
+attention's splits themselves (no ticket), the residual's updates written with an epoch in each value so
+that the programs read them with no barrier, and each program asking L2 for its weights of the phase after
+next: each made the step 1-5% slower.
 
 The barrier is a counter in global memory that each program increments once and then polls; it needs
 every program resident at once, so the grid is at most one program per SM (measure.routes' route
@@ -310,10 +317,11 @@ if triton is not None:
         return fused_ops._rounded(h + delta, delta_ptr)
 
     @triton.jit
-    def _normed(h, w_ptr, eps, out_ptr, HIDDEN: tl.constexpr):
-        """fused_ops' RMSNorm of the residual h [HIDDEN] (float32, rounded to the dtype): x / rms(x) * w."""
+    def _normed(h, w, eps, out_ptr, HIDDEN: tl.constexpr):
+        """fused_ops' RMSNorm of the residual h [HIDDEN] (float32, rounded to the dtype): x / rms(x) * w, the
+        norm's weights w [HIDDEN] loaded (before the barrier in front of the phase)."""
         normed = fused_ops._rounded(h * tl.rsqrt(tl.sum(h * h, axis=0) / HIDDEN + eps), out_ptr)
-        return fused_ops._rounded(normed * tl.load(w_ptr + tl.arange(0, HIDDEN)).to(tl.float32), out_ptr)
+        return fused_ops._rounded(normed * w.to(tl.float32), out_ptr)
 
     @triton.jit
     def _phase_columns(pid, programs, first, BLOCK_N: tl.constexpr, ITEMS: tl.constexpr):
@@ -330,14 +338,23 @@ if triton is not None:
         return tl.load(w_ptr + cols.to(tl.int64)[:, :, None] * K + k, mask=mask, other=0.0)
 
     @triton.jit
+    def _rest_tile(w_ptr, pid, programs, N, K, LAUNCH: tl.constexpr, WIDTH: tl.constexpr):
+        """A phase's blocks after those loaded ahead (_phase_tile's [AFTER, BLOCK_N, WIDTH]; [1, 1, 1] zeros
+        where there are none)."""
+        if LAUNCH[2] > 0:
+            tile = _phase_tile(w_ptr, pid, programs, LAUNCH[1], N, K, LAUNCH[0], LAUNCH[2], WIDTH)
+        else:
+            tile = tl.zeros([1, 1, 1], dtype=w_ptr.dtype.element_ty)
+        return tile
+
+    @triton.jit
     def _project(x, w_ptr, ahead, y_ptr, pid, programs, N, K, LAUNCH: tl.constexpr, WIDTH: tl.constexpr):
         """y = W x over this program's blocks: the tile loaded ahead (before the barrier), then the rest
         (loaded first, so that the sums of the first tile run while it arrives). LAUNCH: phase_launch's."""
         BLOCK_N: tl.constexpr = LAUNCH[0]
         AHEAD: tl.constexpr = LAUNCH[1]
         AFTER: tl.constexpr = LAUNCH[2]
-        if AFTER > 0:
-            rest = _phase_tile(w_ptr, pid, programs, AHEAD, N, K, BLOCK_N, AFTER, WIDTH)
+        rest = _rest_tile(w_ptr, pid, programs, N, K, LAUNCH, WIDTH)
         y = tl.sum(ahead.to(tl.float32) * x[None, None, :], axis=2)
         cols = _phase_columns(pid, programs, 0, BLOCK_N, AHEAD)
         tl.store(y_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
@@ -354,14 +371,12 @@ if triton is not None:
         tl.store(act_ptr + cols, fused_ops.swiglu(g, u, act_ptr).to(act_ptr.dtype.element_ty), mask=cols < I)
 
     @triton.jit
-    def _project_swiglu(x, w_ptr, gate, up, act_ptr, pid, programs, I, LAUNCH: tl.constexpr, HIDDEN: tl.constexpr):
-        """_project for the merged gate/up weight [2I, HIDDEN], its gate and up tiles of the same columns."""
+    def _project_swiglu(x, gate, up, rest_gate, rest_up, act_ptr, pid, programs, I, LAUNCH: tl.constexpr):
+        """_project for the merged gate/up weight [2I, HIDDEN]: its gate and up tiles of the same columns, those
+        loaded ahead and those after (_rest_tile, asked for by the caller)."""
         BLOCK_N: tl.constexpr = LAUNCH[0]
         AHEAD: tl.constexpr = LAUNCH[1]
         AFTER: tl.constexpr = LAUNCH[2]
-        if AFTER > 0:
-            rest_gate = _phase_tile(w_ptr, pid, programs, AHEAD, I, HIDDEN, BLOCK_N, AFTER, HIDDEN)
-            rest_up = _phase_tile(w_ptr + I * HIDDEN, pid, programs, AHEAD, I, HIDDEN, BLOCK_N, AFTER, HIDDEN)
         _swiglu(x, gate, up, act_ptr, _phase_columns(pid, programs, 0, BLOCK_N, AHEAD), I)
         if AFTER > 0:
             _swiglu(x, rest_gate, rest_up, act_ptr, _phase_columns(pid, programs, AHEAD, BLOCK_N, AFTER), I)
@@ -631,13 +646,14 @@ if triton is not None:
         split_slots, splits = _split_geometry(p, programs, HKV, BLOCK_SLOTS, MAX_SPLITS)
         stamps = stamps_ptr + pid * PHASES * LAYERS * 2
         qkv_tile = _phase_tile(qkv_w_ptr, pid, programs, 0, QKV_N, HIDDEN, QKV[0], QKV[1], HIDDEN)
+        norm_w = tl.load(input_norm_ptr + hidden)
         for layer in range(LAYERS):
             o_w = o_w_ptr + layer * HIDDEN * HEADS_WIDTH
             gate_up_w = gate_up_w_ptr + layer * 2 * I * HIDDEN
             down_w = down_w_ptr + layer * HIDDEN * I
             if layer > 0:  # the residual's update from the last layer's down_proj
                 h = _updated(h, delta_ptr, HIDDEN)
-            x = _normed(h, input_norm_ptr + layer * HIDDEN, eps, delta_ptr, HIDDEN)
+            x = _normed(h, norm_w, eps, delta_ptr, HIDDEN)
             qkv_w = qkv_w_ptr + layer * QKV_N * HIDDEN
             _project(x, qkv_w, qkv_tile, qkv_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
             _arrive(counter_ptr, stamps, done, TRACE)
@@ -687,10 +703,14 @@ if triton is not None:
             gate_tile = _phase_tile(gate_up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
             up_w = gate_up_w + I * HIDDEN
             up_tile = _phase_tile(up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
+            norm_w = tl.load(post_norm_ptr + layer * HIDDEN + hidden)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
+            # the blocks after those loaded ahead: asked for before the residual's update is read
+            rest_gate = _rest_tile(gate_up_w, pid, programs, I, HIDDEN, GATE_UP, HIDDEN)
+            rest_up = _rest_tile(up_w, pid, programs, I, HIDDEN, GATE_UP, HIDDEN)
             h = _updated(h, delta_ptr, HIDDEN)
-            x = _normed(h, post_norm_ptr + layer * HIDDEN, eps, delta_ptr, HIDDEN)
-            _project_swiglu(x, gate_up_w, gate_tile, up_tile, act_ptr, pid, programs, I, GATE_UP, HIDDEN)
+            x = _normed(h, norm_w, eps, delta_ptr, HIDDEN)
+            _project_swiglu(x, gate_tile, up_tile, rest_gate, rest_up, act_ptr, pid, programs, I, GATE_UP)
             _arrive(counter_ptr, stamps, done, TRACE)
             down_tile = _phase_tile(down_w, pid, programs, 0, HIDDEN, I, DOWN[0], DOWN[1], INTER_WIDTH)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
@@ -701,10 +721,12 @@ if triton is not None:
             next_qkv = qkv_w_ptr + (layer + 1) * QKV_N * HIDDEN
             next_columns = tl.where(layer + 1 < LAYERS, QKV_N, 0)  # the last layer: none
             qkv_tile = _phase_tile(next_qkv, pid, programs, 0, next_columns, HIDDEN, QKV[0], QKV[1], HIDDEN)
+            norm_w = tl.load(input_norm_ptr + (layer + 1) * HIDDEN + hidden, mask=layer + 1 < LAYERS, other=0.0)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
         if pid == 0:
             h = _updated(h, delta_ptr, HIDDEN)
-            tl.store(out_ptr + hidden, _normed(h, final_norm_ptr, eps, out_ptr, HIDDEN).to(out_ptr.dtype.element_ty))
+            final = _normed(h, tl.load(final_norm_ptr + hidden), eps, out_ptr, HIDDEN)
+            tl.store(out_ptr + hidden, final.to(out_ptr.dtype.element_ty))
         tl.debug_barrier()
         if tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel", scope="gpu") == programs - 1:  # the last out
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
