@@ -76,7 +76,9 @@ LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qw
 # kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
 # took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11). But its
 # programs let the next kernel launch once their main loop is done (SIGNAL_NEXT; measure.routes'
-# target-kernels route turns it off), so that kernel's launch and start overlap the split-K tail.
+# target-kernels route turns it off), so that kernel's launch and start overlap the split-K tail. Launched
+# early with its first step's words loaded before it waits (session 25, one H200), the step was 0-1.5%
+# slower; 4 stages were slower for every shape and level for o_proj and down_proj alone (docs/design.md).
 SIGNAL_NEXT = True
 
 

@@ -34,11 +34,11 @@ all of a phase's weights loaded ahead (up to 65,536 elements a program, at 16 wa
 and made the phase before it wait for them. Session 24 (one H100): the programs without an attention item
 asking L2 for the layer's o and gate/up weights (or all its later ones) made those phases 0.3-0.5 us
 faster and the attention 1-2 us slower at 300 and 3-10 us at 4,000; every thread polling the barrier's
-count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one H200, docs/design.md, "the
-draft step's phases, measured against three other routes"): o_proj as (KV head, columns) items that merge the
-attention's splits themselves (no ticket), the residual's updates written with an epoch in each value so
-that the programs read them with no barrier, and each program asking L2 for its weights of the phase after
-next: each made the step 1-5% slower.
+count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one H200; docs/design.md,
+"Decoder speed: session 25's routes"): o_proj as (KV head, columns) items that merge the attention's
+splits themselves (no ticket) made the step 3-6% slower; the residual's updates written with an epoch in
+each value, so that programs read them with no barrier, left it level (within 1.3%); each program asking
+L2 for its weights of the phase after next made it 1-4% slower.
 
 The barrier is a counter in global memory that each program increments once and then polls; it needs
 every program resident at once, so the grid is at most one program per SM (measure.routes' route
