@@ -38,8 +38,9 @@ count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one 
 "Decoder speed: session 25's routes"): o_proj as (KV head, columns) items that merge the attention's
 splits themselves (no ticket) made the step 3-6% slower; the residual's updates written with an epoch in
 each value, so that programs read them with no barrier, left it level (within 1.3%); the q/k/v output read
-so by the attention items made it 2-7% slower (and was wrong on the GPU: a race not chased); each program
-asking L2 for its weights of the phase after next made it 1-4% slower.
+so by the attention items made it 2-7% slower (and was wrong on the GPU: a race not chased); warp 0 loading
+its share of the next weights after thread 0's poll left it level; each program asking L2 for its weights
+of the phase after next made it 1-4% slower.
 
 The barrier is a counter in global memory that each program increments once and then polls; it needs
 every program resident at once, so the grid is at most one program per SM (measure.routes' route
