@@ -24,8 +24,9 @@ MAX_AHEAD_ELEMENTS allows; the rest as the phase starts) between its arrival at 
 that phase and its wait there: the wait overlaps their arrival (loaded before the arrival, they held it
 back, since thread 0's release waits for that thread's loads); so do the norms' weights. A phase's blocks
 after those loaded ahead are asked for as soon as the program leaves the barrier, before it reads the
-residual's update (one H200, against them asked for after the norm: faster in 7 of 8 pairs measured in one
-process, by 1-5%, the medians 1.8% at context 300 and 2.2% at 4,000). A GEMV tile is [blocks, columns, the
+phase's input (Qwen3-0.6B on 132 SMs has such blocks in gate/up only; one H200, against them asked for after
+the norm: faster in 7 of 8 pairs measured in one process, by 1-5%, the medians 1.8% at context 300 and 2.2%
+at 4,000). A GEMV tile is [blocks, columns, the
 whole input] (masked up to a power of two), summed in float32 on the CUDA cores (`phase_launch`).
 Tried and not kept (measure.routes' route `draft-persistent`, one H200): each program asking L2 for
 its slices of the layer's later weights as the attention starts (Hopper's bulk prefetch) made the
@@ -350,13 +351,13 @@ if triton is not None:
         return tile
 
     @triton.jit
-    def _project(x, w_ptr, ahead, y_ptr, pid, programs, N, K, LAUNCH: tl.constexpr, WIDTH: tl.constexpr):
+    def _project(x, ahead, rest, y_ptr, pid, programs, N, LAUNCH: tl.constexpr):
         """y = W x over this program's blocks: the tile loaded ahead (before the barrier), then the rest
-        (loaded first, so that the sums of the first tile run while it arrives). LAUNCH: phase_launch's."""
+        (_rest_tile, asked for as the program left the barrier, so that the sums of the first tile run while
+        it arrives). LAUNCH: phase_launch's."""
         BLOCK_N: tl.constexpr = LAUNCH[0]
         AHEAD: tl.constexpr = LAUNCH[1]
         AFTER: tl.constexpr = LAUNCH[2]
-        rest = _rest_tile(w_ptr, pid, programs, N, K, LAUNCH, WIDTH)
         y = tl.sum(ahead.to(tl.float32) * x[None, None, :], axis=2)
         cols = _phase_columns(pid, programs, 0, BLOCK_N, AHEAD)
         tl.store(y_ptr + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
@@ -375,7 +376,7 @@ if triton is not None:
     @triton.jit
     def _project_swiglu(x, gate, up, rest_gate, rest_up, act_ptr, pid, programs, I, LAUNCH: tl.constexpr):
         """_project for the merged gate/up weight [2I, HIDDEN]: its gate and up tiles of the same columns, those
-        loaded ahead and those after (_rest_tile, asked for by the caller)."""
+        loaded ahead and those after."""
         BLOCK_N: tl.constexpr = LAUNCH[0]
         AHEAD: tl.constexpr = LAUNCH[1]
         AFTER: tl.constexpr = LAUNCH[2]
@@ -648,6 +649,7 @@ if triton is not None:
         split_slots, splits = _split_geometry(p, programs, HKV, BLOCK_SLOTS, MAX_SPLITS)
         stamps = stamps_ptr + pid * PHASES * LAYERS * 2
         qkv_tile = _phase_tile(qkv_w_ptr, pid, programs, 0, QKV_N, HIDDEN, QKV[0], QKV[1], HIDDEN)
+        qkv_rest = _rest_tile(qkv_w_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
         norm_w = tl.load(input_norm_ptr + hidden)
         for layer in range(LAYERS):
             o_w = o_w_ptr + layer * HIDDEN * HEADS_WIDTH
@@ -656,8 +658,7 @@ if triton is not None:
             if layer > 0:  # the residual's update from the last layer's down_proj
                 h = _updated(h, delta_ptr, HIDDEN)
             x = _normed(h, norm_w, eps, delta_ptr, HIDDEN)
-            qkv_w = qkv_w_ptr + layer * QKV_N * HIDDEN
-            _project(x, qkv_w, qkv_tile, qkv_ptr, pid, programs, QKV_N, HIDDEN, QKV, HIDDEN)
+            _project(x, qkv_tile, qkv_rest, qkv_ptr, pid, programs, QKV_N, QKV)
             _arrive(counter_ptr, stamps, done, TRACE)
             k_cache = kv_ptr + tl.multiple_of(layer * layer_cache, HEAD_DIM)  # whole heads: 16-byte loads
             v_cache = k_cache + HKV * S * HEAD_DIM
@@ -699,15 +700,15 @@ if triton is not None:
             _arrive(counter_ptr, stamps, done, TRACE)
             o_tile = _phase_tile(o_w, pid, programs, 0, HIDDEN, HEADS_WIDTH, O[0], O[1], HEADS_WIDTH)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
+            o_rest = _rest_tile(o_w, pid, programs, HIDDEN, HEADS_WIDTH, O, HEADS_WIDTH)
             heads = tl.load(attention_ptr + tl.arange(0, HEADS_WIDTH), cache_modifier=".cg").to(tl.float32)
-            _project(heads, o_w, o_tile, delta_ptr, pid, programs, HIDDEN, HEADS_WIDTH, O, HEADS_WIDTH)
+            _project(heads, o_tile, o_rest, delta_ptr, pid, programs, HIDDEN, O)
             _arrive(counter_ptr, stamps, done, TRACE)
             gate_tile = _phase_tile(gate_up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
             up_w = gate_up_w + I * HIDDEN
             up_tile = _phase_tile(up_w, pid, programs, 0, I, HIDDEN, GATE_UP[0], GATE_UP[1], HIDDEN)
             norm_w = tl.load(post_norm_ptr + layer * HIDDEN + hidden)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
-            # the blocks after those loaded ahead: asked for before the residual's update is read
             rest_gate = _rest_tile(gate_up_w, pid, programs, I, HIDDEN, GATE_UP, HIDDEN)
             rest_up = _rest_tile(up_w, pid, programs, I, HIDDEN, GATE_UP, HIDDEN)
             h = _updated(h, delta_ptr, HIDDEN)
@@ -716,15 +717,17 @@ if triton is not None:
             _arrive(counter_ptr, stamps, done, TRACE)
             down_tile = _phase_tile(down_w, pid, programs, 0, HIDDEN, I, DOWN[0], DOWN[1], INTER_WIDTH)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
+            down_rest = _rest_tile(down_w, pid, programs, HIDDEN, I, DOWN, INTER_WIDTH)
             k = tl.arange(0, INTER_WIDTH)
             act = tl.load(act_ptr + k, mask=k < I, other=0.0, cache_modifier=".cg").to(tl.float32)
-            _project(act, down_w, down_tile, delta_ptr, pid, programs, HIDDEN, I, DOWN, INTER_WIDTH)
+            _project(act, down_tile, down_rest, delta_ptr, pid, programs, HIDDEN, DOWN)
             _arrive(counter_ptr, stamps, done, TRACE)
             next_qkv = qkv_w_ptr + (layer + 1) * QKV_N * HIDDEN
             next_columns = tl.where(layer + 1 < LAYERS, QKV_N, 0)  # the last layer: none
             qkv_tile = _phase_tile(next_qkv, pid, programs, 0, next_columns, HIDDEN, QKV[0], QKV[1], HIDDEN)
             norm_w = tl.load(input_norm_ptr + (layer + 1) * HIDDEN + hidden, mask=layer + 1 < LAYERS, other=0.0)
             done = _leave(counter_ptr, stamps, done, programs, TRACE)
+            qkv_rest = _rest_tile(next_qkv, pid, programs, next_columns, HIDDEN, QKV, HIDDEN)
         if pid == 0:
             h = _updated(h, delta_ptr, HIDDEN)
             final = _normed(h, tl.load(final_norm_ptr + hidden), eps, out_ptr, HIDDEN)
