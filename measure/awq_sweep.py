@@ -10,8 +10,8 @@ reports/h200/decoder_speed.md come from its output.
     python -m measure.awq_sweep --out awq_sweep.json --device cuda:1 --reps 20
 
 For each merged projection of a Qwen3-32B layer (input x output features: qkv 5120 x 10240, o_proj
-8192 x 5120, gate_up 5120 x 51200, down 25600 x 5120; group 128; SYNTHETIC random AWQ buffers) at 16
-bf16 rows (every target decode forward of the decoder runs 16 rows up to K = 15), times torch's
+8192 x 5120, gate_up 5120 x 51200, down 25600 x 5120; group 128; SYNTHETIC random AWQ buffers) at the
+decoder's rows at K = 6 (8 bf16 rows: every target decode forward runs 8 up to K = 7), times torch's
 int4pack kernel and w4a16_matmul over configurations, each per call inside a CUDA graph with L2
 evicted before each call (measure.timing.time_in_graph: as a decode step pays it), median of --reps
 repetitions: the default (default_splits, LAUNCH), then block_n (64, 128, 256) x splits (split-K
@@ -64,7 +64,7 @@ from .timing import (
 COMMAND = "python -m measure.awq_sweep"
 SHAPES = {"qkv": (5120, 10240), "o_proj": (8192, 5120), "gate_up": (5120, 51200), "down": (25600, 5120)}
 GROUP, LAYERS, DTYPE = 128, 64, torch.bfloat16
-ROWS = width(6)  # the rows of the decoder's target forwards at the study's K = 6 (16: model/decoder.EXACT_WIDTH)
+ROWS = width(6)  # the rows of the decoder's target forwards at the study's K = 6 (8: model/decoder.EXACT_WIDTH)
 BLOCK_NS = (64, 128, 256)
 SPLIT_CHOICES = (1, 2, 4, 8, 16)
 PROGRAMS = (66, 8192)  # the fewest and most programs (column blocks x splits) a configuration may launch

@@ -1,7 +1,7 @@
 """Triton w4a16 GEMM for the few rows of a decode step, on AWQ int4 weights repacked once into planes.
 
 y [M, N] = x [M, IN] @ W, W = (q - z) * s, one (z, s) per column and group of input rows (model/awq.py
-documents AWQ's own layout). At 16 rows the GEMM reads half a byte of weight per 16 multiply-adds, so
+documents AWQ's own layout). At 8 rows the GEMM reads half a byte of weight per 8 multiply-adds, so
 it runs at memory bandwidth only if few instructions turn codes into matrix operands, and if enough
 bytes are in flight. The layout and the kernel are built for both:
 
@@ -27,8 +27,10 @@ bytes are in flight. The layout and the kernel are built for both:
   of a group are summed in float32 and scaled once per group and column.
 - Split-K over 128-row steps (model/split_k.py: partials and a ticket per tile, the last split sums
   them in split order): results are bitwise reproducible, and output row i depends only on x row i
-  (and the configuration, which for M <= 16 does not depend on M), never on the other rows.
-- Rows per program (`block_m`): 16 up to 16 rows, then up to 64. Each row block dequantizes every
+  (and the configuration, which for M <= 8 does not depend on M), never on the other rows.
+- Rows per program (`block_m`): 8 up to 8 rows (the decoder's target forwards at K <= 7; 16-row programs
+  made the four GEMMs of Qwen3-32B at 8 rows 7-11% slower, session 20), then the power of two that
+  holds M, up to 64. Each row block dequantizes every
   weight tile again, and the dequantization, not the bytes, bounds the kernel: at 16 rows per program
   a tree verify of 65 rows took 5 passes over the weights.
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
@@ -65,7 +67,7 @@ from model import fused_ops
 from model.split_k import arrived_last, split_count, store_split, summed_parts, tickets_for, tile_ticket
 from model.triton_support import launch_next, launching_on, overlap, tl, triton
 
-BLOCK_M = 16  # rows per program up to 16 rows
+BLOCK_M = 8  # rows per program up to 8 rows (tl.dot pads its 8 columns for the tensor cores)
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
 STEP_IN = 128  # input rows per loop step: 8 codes per word x 16 rows per dot
 _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSET + 0 (OFFSET 128, 1024)

@@ -42,7 +42,7 @@ from model.step_heads import step_heads
 from model.trace import Generation, Round
 from model.tree_rounds import TreeRounds, check_tree, check_tree_precision, head_kind
 
-EXACT_WIDTH = 16  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
+EXACT_WIDTH = 8  # rows of every fixed-width target decode forward (more when K + 1 exceeds it)
 
 
 def cache_room(prompt_len: int, new_tokens: int, K: int, nodes: int = 0) -> int:

@@ -68,7 +68,11 @@ from model.triton_support import INTERPRETED, launching_on, tl, triton
 
 BLOCK_SLOTS = 32  # cache slots per attention loop step (the next step's load in flight); a split is a whole number
 MAX_SPLITS = 16  # splits a KV head's attention takes at most (fewer where the programs are fewer)
-ATTENTION_BLOCK_M = 16  # query rows an attention item holds (tl.dot's least; a KV head's group fills some)
+# query rows an attention item holds (a KV head's group fills some; tl.dot pads them for the tensor cores):
+# one H200, the step with 8 against 16 at context 4,000 0.935-0.938 ms against 0.962-0.967 (attention 12.3 us
+# against 13.1-13.3), level at 300 (0.743-0.745 against 0.749-0.799); 2 rows level at 300 too, 0.937-0.940 at
+# 4,000 (session 26, the kernels in one process)
+ATTENTION_BLOCK_M = 8
 # the weights a program loads for a GEMV phase before the barrier in front of it (in registers: 64 a thread
 # at 8 warps, in bfloat16); the rest of its blocks load as the phase starts
 MAX_AHEAD_ELEMENTS = 32768

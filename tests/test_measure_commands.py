@@ -213,7 +213,7 @@ def test_awq_sweep_bytes_and_split_choices():
         == (5120 * 10240 // 2 + groups * 10240 * 2 + groups * 10240 // 2 + 16 * (5120 + 10240) * 2)
         == 27_729_920
     )
-    assert awq_sweep.ROWS == 16  # the rows every target decode forward of the decoder runs at K = 6
+    assert awq_sweep.ROWS == 8  # the rows every target decode forward of the decoder runs at K = 6
     assert awq_sweep.split_choices(5120, 10240, 128) == [1, 2, 4, 8]  # 40 steps: 16 does not divide them
     assert awq_sweep.split_choices(8192, 5120, 128) == [2, 4, 8, 16]  # 40 column blocks: 1 split is too few programs
     assert awq_sweep.split_choices(25600, 5120, 64) == [1, 2, 4, 8]

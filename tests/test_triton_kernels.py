@@ -220,8 +220,10 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
                 awq_triton.w4a16_matmul(x, planes, splits=splits)[3],
                 awq_triton.w4a16_matmul(other, planes, splits=splits)[3],
             )
-    x = torch.randn(16, 512, generator=g).to(DEVICE)  # and, up to 16 rows, not on how many rows there are
-    assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:5], awq_triton.w4a16_matmul(x[:5].clone(), planes))
+    for rows, fewer in ((8, 5), (16, 12), (64, 40)):  # nor, within one row-block size, on how many rows there are
+        assert awq_triton.block_m(rows) == awq_triton.block_m(fewer)
+        x = torch.randn(rows, 512, generator=g).to(DEVICE)
+        assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:fewer], awq_triton.w4a16_matmul(x[:fewer].clone(), planes))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))

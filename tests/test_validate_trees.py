@@ -153,7 +153,7 @@ def test_measure_covers_every_trees_verify_and_frontier_at_the_decoders_width():
     args = parse_args(TINY + ["--measure", "--trees", "+".join(labels)])
     settings = measure_settings(args, "cpu", False, 2, [8], [8], labels)
     assert settings.tree_widths == tree_widths(labels)
-    assert decoder_rows(2, labels) == 65 and decoder_rows(6, ("chain",)) == 16
+    assert decoder_rows(2, labels) == 65 and decoder_rows(6, ("chain",)) == 8
 
 
 def test_a_profile_that_cannot_cost_a_trees_verify_is_refused_before_any_run(tmp_path, capsys):
