@@ -223,7 +223,9 @@ def test_awq_triton_row_depends_only_on_its_own_input_row():
     for rows, fewer in ((8, 5), (16, 12), (64, 40)):  # nor, within one row-block size, on how many rows there are
         assert awq_triton.block_m(rows) == awq_triton.block_m(fewer)
         x = torch.randn(rows, 512, generator=g).to(DEVICE)
-        assert torch.equal(awq_triton.w4a16_matmul(x, planes)[:fewer], awq_triton.w4a16_matmul(x[:fewer].clone(), planes))
+        assert torch.equal(
+            awq_triton.w4a16_matmul(x, planes)[:fewer], awq_triton.w4a16_matmul(x[:fewer].clone(), planes)
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else []))
