@@ -41,7 +41,9 @@ splits themselves (no ticket) made the step 3-6% slower; the residual's updates 
 each value, so that programs read them with no barrier, left it level (within 1.3%); the q/k/v output read
 so by the attention items made it 2-7% slower (and was wrong on the GPU: a race not chased); warp 0 loading
 its share of the next weights after thread 0's poll left it level; each program asking L2 for its weights
-of the phase after next made it 1-4% slower.
+of the phase after next made it 1-4% slower. Session 26 (one H200; docs/design.md, "Decoder speed: the target
+at 8 rows, and session 26's routes"): the attention's softmax kept per (query head, slot) row on the CUDA
+cores made it 8-20% slower, and the attention's loop pipelined through shared memory 0-9% slower (spills).
 
 The barrier is a counter in global memory that each program increments once and then polls; it needs
 every program resident at once, so the grid is at most one program per SM (measure.routes' route
