@@ -309,7 +309,7 @@ class Run:
     pending: torch.Tensor | None = None  # ordinary schedules: the target's pending next token t*
     rounds: list[HostRound] = field(default_factory=list)
     prompt: torch.Tensor | None = None  # [P] on the target device (prompt lookup searches it)
-    cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (model/drafting.py)
+    cached: dict = field(default_factory=dict)  # model drafter -> its cache's valid positions (Decoder.drafted)
     moves: torch.Tensor | None = None  # tree rounds: the last round's cache moves [3, depth] (docs/design.md)
     chain_round: bool = False  # a tree decoder's round that verifies a used look-ahead's chain (pipelined-deferred)
 
@@ -708,15 +708,31 @@ class Decoder:
         return proposals
 
     def propose(self, run: Run, arm: Arm | None = None) -> Proposals:
-        """K draft steps from f. The first step feeds [prev, f]: after a fully accepted block the draft
-        never consumed the block's last token, and re-feeding an already consumed one is harmless.
-        Other arms (another drafter, another K) are proposed by `drafting` (model/drafting.py)."""
+        """K draft steps from f. The first step feeds the tokens the draft's cache lacks (`missed`): f, or
+        [prev, f] (re-feeding a token already fed is harmless). Other arms (another drafter, another K)
+        are proposed by `drafting` (model/drafting.py)."""
         if arm is not None and self.drafting is not None:
             return self.drafting.propose(run, arm)
         if self.trees is not None:
             return Proposals(self.trees.propose(run))
-        cursor = run.draft_cursor
-        return self.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, self.K)
+        cursor, fed = run.draft_cursor, self.missed(run, "draft-model")
+        return self.draft_steps(cursor[2 - fed : 2].view(1, fed), cursor[2:3] - (fed - 1), self.K)
+
+    def missed(self, run: Run, drafter: str) -> int:
+        """How many tokens a model drafter's first step of the round feeds, f the last: those its cache
+        lacks (`drafted`). At least [prev, f] where the host has not read the last round's outcome
+        (ordinary rounds: no `drafted`), after a fully accepted block whose last token no look-ahead fed, and
+        in a tree round (its root step re-feeds prev); more for a drafter idle since an earlier round.
+        Why it pays: a Qwen3-0.6B step of 1 token runs the persistent kernel (0.65 ms on an H200), one of
+        2 the fused kernels (0.85; docs/design.md, "The speculative round and its schedules")."""
+        context = run.prompt_len + run.least
+        return max(1 if self.trees is None else 2, context - run.cached.get(drafter, context - 2))
+
+    def drafted(self, run: Run, arm: Arm, context: int, accepted: int, fed_last: bool) -> None:
+        """After a deferred round's read: a model drafter's cache holds f and the proposals it fed that were
+        accepted, the block's last one only when `fed_last` (a look-ahead fed it)."""
+        if arm.drafter != "prompt-lookup":
+            run.cached[arm.drafter] = context + (accepted if fed_last else min(accepted, arm.K - 1))
 
     def lookahead(self, run: Run, block_on_draft: Proposals) -> Proposals:
         """K+1 draft steps past the block being verified: e1 (the bonus guess), then e2..e(K+1) (a tree

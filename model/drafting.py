@@ -143,11 +143,11 @@ class Drafting:
             dec._event("lookup", "target", arm.K)
             with dec.clock.phase("draft_body", dec.target_device):  # for positions p + 1 .. p + K
                 return Proposals(self.search(run.prompt, run.out, run.n + run.prompt_len, arm.K, run.cursor[2:3]))
-        first = max(2, context - run.cached.get(arm.drafter, context - 2))
+        first = dec.missed(run, arm.drafter)
         body, _, device, stream = dec.steppers[arm.drafter]
         cursor = run.cursor if device == dec.target_device else run.draft_cursor
-        if first == 2:
-            return dec.draft_steps(cursor[:2].view(1, 2), cursor[2:3] - 1, arm.K, arm.drafter)
+        if first <= 2:
+            return dec.draft_steps(cursor[2 - first : 2].view(1, first), cursor[2:3] - (first - 1), arm.K, arm.drafter)
         # catch up: the tokens at positions context - first .. context - 1 (the last forward may reach
         # further back), from the prompt and the output buffer
         *leading, last = catch_up_widths(first, context)
@@ -168,9 +168,7 @@ class Drafting:
                 body(tokens[at - begin : at - begin + width].view(1, width), p - (context - 1 - at))
         return dec.draft_steps(tokens[context - last - begin :].view(1, last), p - (last - 1), arm.K, arm.drafter)
 
-    def observe(self, run, arm: Arm, context: int, before: int, accepted_or_ahead: int) -> None:
-        """After the round's read (n known): the policy's update and the drafter's cache bookkeeping."""
+    def observe(self, run, arm: Arm, before: int) -> None:
+        """After the round's read (n known): the policy's update (the drafter's cache: Decoder.drafted)."""
         emitted = min(run.least, run.max_new) - before
         self.policy.update(arm, run.least - before - 1, emitted, (time.perf_counter() - self.started) * 1e3)
-        if arm.drafter != "prompt-lookup":
-            run.cached[arm.drafter] = context + min(accepted_or_ahead, arm.K - 1)

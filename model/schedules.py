@@ -90,7 +90,8 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         used = bool(used and used[0])
         host.lookahead_used = used if lookahead else None
         if drafting is not None:
-            drafting.observe(run, played, context, before, K if used else n - before - 1)
+            drafting.observe(run, played, before)
+        dec.drafted(run, played, context, K if used else n - before - 1, fed_last=ahead is not None)
         if used:  # round r+1 verifies e2..e(K+1) (after a tree round: as a chain); the draft stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
             dec.past_lookahead_of(run, K)

@@ -279,8 +279,10 @@ class SimulatedRun:
         return (yield from self.launch(stream, {"draft_body": body_ms, "draft_head": head_ms}, host_ms, pieces=pieces))
 
     def propose(self, context: int, arm: Arm | None = None):
-        """`Decoder.propose`: K draft steps from f, at position p = context - 1. The first feeds
-        [prev, f] at p - 1 (2 tokens after p - 1 cached ones), the next ones d1..d(K-1) at p + 1..
+        """`Decoder.propose`: K draft steps from f, at position p = context - 1. The first feeds the
+        tokens the drafter's cache lacks (`Decoder.missed`): f alone at p, or [prev, f] at p - 1 (2 tokens
+        after p - 1 cached ones) where the host cannot tell (ordinary rounds), after a fully accepted block
+        whose last token no look-ahead fed, and in a tree round; the next ones d1..d(K-1) at p + 1..
         A model drafter idle since an earlier round first feeds every token its cache missed.
         Prompt lookup instead searches the context on the target device (one `lookup`)."""
         arm = arm or Arm("draft-model", self.config.K)
@@ -293,7 +295,7 @@ class SimulatedRun:
                     self.target, {"draft_body": lookup.device_ms(context=context)}, lookup.host_ms(context=context)
                 )
             )
-        first = max(2, context - self.cached.get(arm.drafter, context - 2))
+        first = max(2 if is_tree(self.config.tree) else 1, context - self.cached.get(arm.drafter, context - 2))
         *leading, last = catch_up_widths(first, context)
         if first > 2 and arm.drafter == "draft-model":  # catching up: the missed tokens go to the draft device
             yield from self.copy_tokens("target", max(first, last))
@@ -312,10 +314,11 @@ class SimulatedRun:
         )
         return (yield from self.launch(stream, {"draft_body": device_ms}, host_ms))
 
-    def drafted(self, arm: Arm, context: int, accepted: int) -> None:
-        """After a round: the drafter's cache holds f and the proposals it fed that were accepted."""
+    def drafted(self, arm: Arm, context: int, accepted: int, fed_last: bool = False) -> None:
+        """`Decoder.drafted`: after a round, the drafter's cache holds f and the proposals it fed that were
+        accepted (the block's last one only when `fed_last`: a look-ahead fed it)."""
         if arm.drafter != "prompt-lookup":
-            self.cached[arm.drafter] = context + min(accepted, arm.K - 1)
+            self.cached[arm.drafter] = context + (accepted if fed_last else min(accepted, arm.K - 1))
 
     def _draft_points(self, steps: int, context: int, first_tokens: int, chain: bool) -> list[tuple[int, int]]:
         """Step j's (n_tokens, context), a tree's frontier widths after its first step unless `chain`: a
@@ -497,7 +500,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
             used = accepted == K and bool(matches[K])
         emitted = min(accepted + 1, remaining)
         m.policy.update(arm, accepted, emitted, m.observed(m.read_end - start))
-        m.drafted(arm, context, K if used else accepted)
+        m.drafted(arm, context, K if used else accepted, fed_last=ahead)
         if not used:  # the next round's arm; f goes to the draft model when it drafts next
             arm = m.policy.choose() if remaining > emitted else arm
             if arm.drafter == "draft-model":

@@ -283,24 +283,35 @@ def test_a_generation_of_one_token_logs_nothing(decoders, schedule):
     assert result["events"] == [] and result["decode_ms"] == 0
 
 
-def test_the_first_draft_step_of_a_proposal_costs_two_tokens():
-    """`Decoder.propose` feeds [prev, f] to its first step: the simulator costs that step with
-    draft.body_ms at n_tokens = 2 where the profile has the axis, and as one token where not."""
+def test_the_first_draft_step_feeds_the_tokens_the_drafts_cache_lacks():
+    """`Decoder.missed`: ordinary rounds feed [prev, f] (the host has not read the last round's outcome);
+    deferred rounds [prev, f] in the first round and after a fully accepted block whose last token no
+    look-ahead fed, else f alone. The simulator costs the first step with draft.body_ms at its n_tokens
+    where the profile has the axis, and as one token where not."""
     raw = tiny_profile("one-gpu")
     flat = Profile(raw, "flat").costs["eager"]
     raw["regimes"]["eager"]["draft"]["body_ms"] = {
         "points": [dict(timing(1.0 + n), n_tokens=n, context=c) for n in (1, 2) for c in (8, 64)]
     }
     by_tokens = Profile(raw, "n_tokens").costs["eager"]
-    generations = [Generation("g", 8, 10)]  # nothing accepted: 10 rounds, 10 proposals
-    for schedule in SCHEDULES:
-        config = Config(schedule, "dense", 3, PROBES, "one-gpu")
-        a, b = (
-            simulate(c, config, IIDAcceptance(0.0), generations, ceiling=False, events=True) for c in (flat, by_tokens)
-        )
-        proposals = a["events"].count(("draft_step", "draft", 2))
-        assert proposals == (0 if schedule == "baseline" else 10)
-        assert b["phase_ms"]["draft_body"] - a["phase_ms"]["draft_body"] == pytest.approx(1.0 * proposals)
+    generations = [Generation("g", 8, 10)]
+    # steps of 2 tokens: nothing accepted, 10 rounds; every block accepted, 3 rounds (pipelined-deferred:
+    # one, every look-ahead used)
+    wanted = {
+        0.0: {"ordinary": 10, "pipelined": 10, "deferred": 1, "pipelined-deferred": 1},
+        1.0: {"ordinary": 3, "pipelined": 3, "deferred": 3, "pipelined-deferred": 1},
+    }
+    for rate, twos in wanted.items():
+        for schedule in SCHEDULES:
+            config = Config(schedule, "dense", 3, PROBES, "one-gpu")
+            a, b = (
+                simulate(c, config, IIDAcceptance(rate), generations, ceiling=False, events=True)
+                for c in (flat, by_tokens)
+            )
+            steps = [tokens for name, _, tokens in a["events"] if name == "draft_step"]
+            assert steps.count(2) == twos.get(schedule, 0), (rate, schedule)
+            # by_tokens charges a step of n tokens 1 + n ms where flat charges 2
+            assert b["phase_ms"]["draft_body"] - a["phase_ms"]["draft_body"] == pytest.approx(sum(steps) - len(steps))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
