@@ -108,8 +108,8 @@ def test_require_cuda_names_the_command():
 def test_floor_is_bytes_over_the_copy_rate():
     assert floor_ms(4e9, 4000.0) == pytest.approx(1.0)  # 4 GB at 4,000 GB/s: 1 ms
     assert floor_ms(0, 4000.0) == 0
-    # Qwen3-32B's qkv GEMM at the decoder's 16 rows, at H200's 4,246 GB/s: 27,729,920 bytes, 6.53 us
-    assert floor_ms(awq_sweep.gemm_bytes(5120, 10240), 4246.0) * 1e3 == pytest.approx(6.531, abs=1e-3)
+    # Qwen3-32B's qkv GEMM at the decoder's 8 rows, at H200's 4,246 GB/s: 27,484,160 bytes, 6.47 us
+    assert floor_ms(awq_sweep.gemm_bytes(5120, 10240), 4246.0) * 1e3 == pytest.approx(6.473, abs=1e-3)
 
 
 def test_environment_header_labels_the_weights_synthetic():
@@ -210,8 +210,8 @@ def test_awq_sweep_bytes_and_split_choices():
     groups = 5120 // 128
     assert (
         awq_sweep.gemm_bytes(5120, 10240)
-        == (5120 * 10240 // 2 + groups * 10240 * 2 + groups * 10240 // 2 + 16 * (5120 + 10240) * 2)
-        == 27_729_920
+        == (5120 * 10240 // 2 + groups * 10240 * 2 + groups * 10240 // 2 + 8 * (5120 + 10240) * 2)
+        == 27_484_160
     )
     assert awq_sweep.ROWS == 8  # the rows every target decode forward of the decoder runs at K = 6
     assert awq_sweep.split_choices(5120, 10240, 128) == [1, 2, 4, 8]  # 40 steps: 16 does not divide them
