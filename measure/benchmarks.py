@@ -148,9 +148,9 @@ def _prefill(b: Bench, loaded: Loaded, device: torch.device, first_token: bool =
 
 def draft_costs(b: Bench, graphs: bool) -> dict:
     """Draft body step over 1 and 2 new tokens, every catch-up width and every tree width (a tree's
-    frontier), at each context (a table over n_tokens and context: `Decoder.propose` feeds [prev, f] to
-    its first step, every later step one token, a drafter back from idle rounds its catch-up, or a
-    tree's frontier), its dense and
+    frontier), at each context (a table over n_tokens and context: `Decoder.propose` feeds [prev, f] or f
+    to its first step (`Decoder.missed`), every later step one token, a drafter back from idle rounds its
+    catch-up, or a tree's frontier), its dense and
     FlashHead heads (per probe count), prefill, and the KV crop (a cursor move on our static caches)."""
     model, device = b.draft.model, b.draft_device
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
