@@ -31,6 +31,9 @@ default all, in this order):
   (awq_triton.SIGNAL_NEXT), then SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up, the
   planes repacked), each row with its hidden states' largest difference from all off (`max_abs_diff`:
   0 where the bits are the same).
+- `target-width`: the same step with every target decode forward at 16 rows and 16-row int4 programs (the
+  decoder of sessions 17-25), at 8 rows with 16-row programs, and at 8 rows with 8-row programs (the
+  default since session 26), each with `max_abs_diff` from the first.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
@@ -65,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from model import awq_prefill, awq_triton, dense_gemv, fused_ops, persistent_body
+from model import decoder as decoder_module
 from model.awq import AWQLinear
 from model.cli import run_torch_command
 from model.decoder import Decoder
@@ -104,6 +108,7 @@ ROUTES = (
     "awq-prefill",
     "target-attention",
     "target-kernels",
+    "target-width",
     "draft-attention",
     "draft-layer",
     "draft-gemv",
@@ -123,6 +128,12 @@ SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV h
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
 TARGET_SPLIT_CHOICES = (None, 128, 256, 512, 1024)
 TARGET_KERNEL_SETTINGS = ("signal next", "swiglu in gemm")  # target-kernels' steps, in order
+# target-width's settings: (decoder.EXACT_WIDTH, awq_triton.BLOCK_M), the sessions 17-25 decoder's first
+TARGET_WIDTHS = {
+    "width 16, 16-row programs": (16, 16),
+    "width 8, 16-row programs": (8, 16),
+    "width 8, 8-row programs": (8, 8),
+}
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
 GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps and gives 64 to 1,024 programs
@@ -358,6 +369,23 @@ def target_kernel_rows(device: torch.device, reps: int, bandwidth_gbs: float) ->
         for name, choice in target_kernel_choices().items()
     }
     return target_step_rows("target-kernels", settings, device, reps, bandwidth_gbs, compare=True)
+
+
+def set_target_width(width: int, rows_per_program: int) -> None:
+    """One of TARGET_WIDTHS: the rows of every target decode forward a Decoder made after it runs, and the
+    int4 GEMM's rows per program up to that many rows."""
+    decoder_module.EXACT_WIDTH = width
+    awq_triton.BLOCK_M = rows_per_program
+
+
+def target_width_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The target step at each of TARGET_WIDTHS; the defaults are put back after."""
+    defaults = (decoder_module.EXACT_WIDTH, awq_triton.BLOCK_M)
+    settings = {name: lambda model, choice=choice: set_target_width(*choice) for name, choice in TARGET_WIDTHS.items()}
+    try:
+        return target_step_rows("target-width", settings, device, reps, bandwidth_gbs, compare=True)
+    finally:
+        set_target_width(*defaults)
 
 
 def target_step_rows(
@@ -656,6 +684,7 @@ def main(argv=None) -> int:
             "awq-prefill": lambda: awq_prefill_rows(device, args.reps),
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "target-kernels": lambda: target_kernel_rows(device, args.reps, bandwidth_gbs),
+            "target-width": lambda: target_width_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from measure import routes
-from model import awq_prefill, awq_triton
+from model import awq_prefill, awq_triton, decoder
 from model.presets import PRESETS
 
 
@@ -21,7 +21,7 @@ def test_routes_parse_in_their_fixed_order():
     with pytest.raises(
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, target-attention, "
-        r"target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
+        r"target-kernels, target-width, draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -30,10 +30,23 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, "
-        "target-attention, target-kernels, draft-attention, draft-layer, draft-gemv, draft-persistent or all) "
+        "target-attention, target-kernels, target-width, draft-attention, draft-layer, draft-gemv, draft-persistent "
+        "or all) "
         "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_target_width_settings_set_the_decoders_width_and_the_int4_programs_rows(monkeypatch):
+    """target-width runs the old decoder first and the default last: each setting changes what a Decoder
+    made after it runs (width) and the rows of an int4 GEMM program."""
+    monkeypatch.setattr(decoder, "EXACT_WIDTH", decoder.EXACT_WIDTH)
+    monkeypatch.setattr(awq_triton, "BLOCK_M", awq_triton.BLOCK_M)
+    settings = list(routes.TARGET_WIDTHS.values())
+    assert settings[0] == (16, 16) and settings[-1] == (decoder.EXACT_WIDTH, awq_triton.BLOCK_M)
+    for width, rows in settings:
+        routes.set_target_width(width, rows)
+        assert decoder.width(6) == width and awq_triton.block_m(5) == rows and decoder.width(20) == 21
 
 
 def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
