@@ -715,8 +715,11 @@ class Decoder:
             return self.drafting.propose(run, arm)
         if self.trees is not None:
             return Proposals(self.trees.propose(run))
-        cursor, fed = run.draft_cursor, self.missed(run, "draft-model")
-        return self.draft_steps(cursor[2 - fed : 2].view(1, fed), cursor[2:3] - (fed - 1), self.K)
+        return self.steps_from_cursor(run.draft_cursor, self.missed(run, "draft-model"), self.K)
+
+    def steps_from_cursor(self, cursor: torch.Tensor, fed: int, K: int, drafter: str = "draft-model") -> Proposals:
+        """K draft steps whose first feeds the last `fed` (1 or 2) tokens of a cursor (prev, f, p): f at p."""
+        return self.draft_steps(cursor[2 - fed : 2].view(1, fed), cursor[2:3] - (fed - 1), K, drafter)
 
     def missed(self, run: Run, drafter: str) -> int:
         """How many tokens a model drafter's first step of the round feeds, f the last: those its cache

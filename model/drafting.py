@@ -147,7 +147,7 @@ class Drafting:
         body, _, device, stream = dec.steppers[arm.drafter]
         cursor = run.cursor if device == dec.target_device else run.draft_cursor
         if first <= 2:
-            return dec.draft_steps(cursor[2 - first : 2].view(1, first), cursor[2:3] - (first - 1), arm.K, arm.drafter)
+            return dec.steps_from_cursor(cursor, first, arm.K, arm.drafter)
         # catch up: the tokens at positions context - first .. context - 1 (the last forward may reach
         # further back), from the prompt and the output buffer
         *leading, last = catch_up_widths(first, context)
