@@ -314,7 +314,7 @@ class SimulatedRun:
         )
         return (yield from self.launch(stream, {"draft_body": device_ms}, host_ms))
 
-    def drafted(self, arm: Arm, context: int, accepted: int, fed_last: bool = False) -> None:
+    def drafted(self, arm: Arm, context: int, accepted: int, fed_last: bool) -> None:
         """`Decoder.drafted`: after a round, the drafter's cache holds f and the proposals it fed that were
         accepted (the block's last one only when `fed_last`: a look-ahead fed it)."""
         if arm.drafter != "prompt-lookup":
