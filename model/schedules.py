@@ -81,10 +81,12 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         a, f = dec.settle(run, seq, preds, block)
         packed = [run.n, run.eos]
         if ahead is not None:
-            ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
+            ahead_on_target = dec.to_target(ahead, barrier=False)  # copy_tokens(K+1), once the look-ahead ends
             # valid for the token actually emitted: whole block (tree: guessed path) accepted, bonus == e1
             packed.append(dec.lookahead_valid(run, a, f, ahead_on_target))
             # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)
+        early = dec.trees is None and (drafting is None or drafting.policy.plays("draft-model"))
+        cursor_on_draft = dec.cursor_to_draft(run) if early else None  # copy_tokens(3): f before the read
         n, eos, *used = dec.read(*packed)  # sync
         run.known(n, eos)
         used = bool(used and used[0])
@@ -95,11 +97,11 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         if used:  # round r+1 verifies e2..e(K+1) (after a tree round: as a chain); the draft stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
             dec.past_lookahead_of(run, K)
-        else:  # after the read, the next arm; copy_tokens of f when the draft model drafts next
+        else:  # after the read, the next arm; f to the draft model when it drafts next (a tree: copy_tokens)
             block = None
             arm = drafting.choose() if drafting is not None and run.more() else arm
             if arm.drafter == "draft-model":
-                dec.to_draft(run)
+                dec.to_draft(run, cursor_on_draft)
         dec.resolve(run)  # certain here: the read above gave n
     if run.rounds:
         dec.append(run)  # finalize: the generation's one standalone append(1)

@@ -239,12 +239,11 @@ def test_the_comparison_can_fail(recorded):
     )
     for changed in (one_token, no_read, split):
         assert changed != run.events_with_copies
-    f_copy = two_gpu.index((COPY, "target", 3))  # f to the draft, after the round's read
-    read = max(i for i in range(f_copy) if two_gpu[i][0] == "sync")
-    assert two_gpu[read - 1][0] == COPY and two_gpu[read - K - 3][0] == "verify"
-    early = two_gpu[: read - K - 2] + [two_gpu[f_copy]] + two_gpu[read - K - 2 : f_copy] + two_gpu[f_copy + 1 :]
-    assert early != run.events_with_copies  # 3 catches it (f copied right after the verify)
-    assert _without_copies(early) == run.events  # 1 and 2 cannot
+    f_copy = two_gpu.index((COPY, "target", 3))  # f to the draft, between the look-ahead's copy and the read
+    assert two_gpu[f_copy - 1] == (COPY, "draft", K + 1) and two_gpu[f_copy + 1][0] == "sync"
+    late = two_gpu[:f_copy] + [two_gpu[f_copy + 1], two_gpu[f_copy]] + two_gpu[f_copy + 2 :]
+    assert late != run.events_with_copies  # 3 catches it (f copied after the read, as before session 27)
+    assert _without_copies(late) == run.events  # 1 and 2 cannot
 
 
 def test_the_runs_cover_every_rule_the_logs_check(recorded):
