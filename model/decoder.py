@@ -447,7 +447,6 @@ class Decoder:
                 f"acceptance control {control.spec}: a rate per draft position runs greedy chain rounds only"
             )
         side = SideStream(self.draft_device) if router_side_stream else None  # router heads choose beside the body
-        self._copy_side = SideStream(self.target_device)  # a look-ahead's copy to the target (`to_target`)
         self._heads = step_heads(heads, self._head_fn, graphs, slots, side)
         # each model drafter's (body, heads by draft position, device, stream); `drafting`
         # (model/drafting.Drafting) adds the early-exit draft, prompt lookup and the policy that picks each round's arm
@@ -746,38 +745,23 @@ class Decoder:
         K = block_on_draft.numel()
         return self.draft_steps(block_on_draft.tokens[-1:].view(1, 1), run.draft_cursor[2:3] + K, K + 1, shift=-1)
 
-    def to_target(self, x: Proposals, barrier: bool = True) -> Proposals:
+    def to_target(self, x: Proposals) -> Proposals:
         """copy_tokens to the target device (when sampling, the proposals' q travel with them). A
         cross-GPU copy orders both devices' streams with CUDA events (PyTorch's two-way barrier), so
         no host sync is involved: the copy runs on the source (draft) device's stream after the work
-        queued on the target device, and the target device's later work waits for it. Without the
-        `barrier` (a look-ahead's copy) it waits for the draft's work alone, so that it is done while the
-        target still runs the verify beside the look-ahead, not after it (`_after_draft_only`). On one
+        queued on the target device, and the target device's later work waits for it. (A peer copy
+        also waits for the kernels running on the target, even when the stream PyTorch's barrier takes
+        there has nothing queued: docs/design.md, "The speculative round and its schedules".) On one
         device `.to()` is a no-op, and no copy is logged. A tensor-parallel target
         (model/tensor_parallel.py) gets the draft rank's proposals on every rank (a broadcast)."""
         if self.tensor_parallel is not None:
-            moved = x.to(self.target_device, non_blocking=True) if barrier else self._after_draft_only(x)
+            moved = x.to(self.target_device, non_blocking=True)
             return Proposals(*(None if t is None else self.tensor_parallel.share(t) for t in moved._fields()))
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream
-                return x.to(self.target_device, non_blocking=True) if barrier else self._after_draft_only(x)
+                return x.to(self.target_device, non_blocking=True)
         return x.to(self.target_device, non_blocking=True)
-
-    def _after_draft_only(self, x: Proposals) -> Proposals:
-        """x copied to the target device after the draft's queued work only: PyTorch's barrier is taken
-        on a side stream of the target device with nothing queued, and the target's stream then waits
-        for that side stream (so for the copy) before its later work reads the copy."""
-        if self._copy_side.stream is None:
-            return x.to(self.target_device, non_blocking=True)
-        with torch.cuda.stream(self._copy_side.stream):
-            moved = x.to(self.target_device, non_blocking=True)
-        self._copy_side.join()
-        target_stream = torch.cuda.current_stream(self.target_device)
-        for tensor in moved._fields():
-            if tensor is not None:  # allocated on the side stream, read on the target's: kept until that read
-                tensor.record_stream(target_stream)
-        return moved
 
     def cursor_to_draft(self, run: Run) -> torch.Tensor:
         """copy_tokens of the cursor (prev, f, p) to the draft device: on the target device's stream,

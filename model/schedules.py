@@ -81,7 +81,7 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         a, f = dec.settle(run, seq, preds, block)
         packed = [run.n, run.eos]
         if ahead is not None:
-            ahead_on_target = dec.to_target(ahead, barrier=False)  # copy_tokens(K+1), once the look-ahead ends
+            ahead_on_target = dec.to_target(ahead)  # copy_tokens(K+1)
             # valid for the token actually emitted: whole block (tree: guessed path) accepted, bonus == e1
             packed.append(dec.lookahead_valid(run, a, f, ahead_on_target))
             # (the copy holds all K+1 proposals, so the read waits for the whole look-ahead)

@@ -225,18 +225,16 @@ class SimulatedRun:
         if not final:
             yield from self.host_work(self.read_gap_ms, name="host_gap")
 
-    def copy_tokens(self, source: str, tokens: int, barrier: bool = True):
+    def copy_tokens(self, source: str, tokens: int):
         """`Decoder.to_target` (source "draft") or `cursor_to_draft` / `to_draft` (source "target"), on two
         devices only (on one the decoder's `.to()` is a no-op). As PyTorch copies between GPUs: on the
         source's stream after the work queued on the destination, and the destination's later work waits
-        for the copy (a two-way barrier); without the `barrier` (a look-ahead's copy) after the source's
-        work alone. The copy pays copy_token_ms and one cross-device wait."""
+        for the copy (a two-way barrier); the copy pays copy_token_ms and one cross-device wait."""
         if not self.two_devices:
             return None
         self.log("copy_tokens", source, tokens)
         src, dst = (self.draft, self.target) if source == "draft" else (self.target, self.draft)
-        after = dst.queued() if barrier else ()
-        done = yield from self.launch(src, {"other": self.copy_ms}, after=after, cross_wait=True)
+        done = yield from self.launch(src, {"other": self.copy_ms}, after=dst.queued(), cross_wait=True)
         dst.waits.append(done)  # the destination's stream waits for the copy
         return done
 
@@ -496,7 +494,7 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         ahead = lookahead and on_draft  # only the draft model looks ahead: the others share the target's device
         if ahead:  # the draft goes on as if the whole block (a tree: its guessed path) is accepted: e1..e(K+1)
             yield from m.draft_steps(K + 1, context + K - 1, shift=-1, chain=True)
-            yield from m.copy_tokens("draft", K + 1, barrier=False)  # the read packs e1: it waits for all K+1 steps
+            yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
         early = not is_tree(m.config.tree) and m.policy.plays("draft-model")
         if early:  # f on its way to the draft model before the read
             yield from m.copy_tokens("target", cursor_tokens(m.config.tree))

@@ -60,12 +60,12 @@ HAND = {
     # verify -108.55, read 108.65, copy -108.9; tail append -119.9, final read 120.0.
     ("two-gpu", "deferred"): 120.0 - 50.1,
     # pipelined-deferred: R1 draft 50.1-56.1, copy -56.35, verify -69.35 beside the look-ahead
-    # 56.35-65.35, whose copy waits for the draft alone -65.6; f copied before the read, after the
-    # verify, -69.6, read 69.7 (used: the copy of f goes unused); R2 verify -82.7 beside the look-ahead
-    # 69.7-78.7, copy -78.95, copy of f -82.95, read 83.05; R3 draft 83.05-89.05, copy -89.3, verify
-    # -102.3, look-ahead -98.3, copy -98.55, copy of f -102.55, read 102.65; tail append -113.65,
-    # final read 113.75.
-    ("two-gpu", "pipelined-deferred"): 113.75 - 50.1,
+    # 56.35-65.35, whose copy waits for the verify -69.6; f copied before the read, after that copy
+    # (the draft's queue) -69.85, read 69.95 (used: the copy of f goes unused); R2 verify -82.95 beside
+    # the look-ahead 69.95-78.95, copy -83.2, copy of f -83.45, read 83.55; R3 draft 83.55-89.55, copy
+    # -89.8, verify -102.8, look-ahead -98.8, copy -103.05, copy of f -103.3, read 103.4; tail append
+    # -114.4, final read 114.5.
+    ("two-gpu", "pipelined-deferred"): 114.5 - 50.1,
 }
 
 
