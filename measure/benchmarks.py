@@ -88,9 +88,9 @@ STEP_MARGIN = 8
 
 
 def split_step_contexts(contexts: list[int], model, rows: int) -> list[int]:
-    """The target forward's contexts: `contexts` and, where its decode attention runs in splits of S
-    slots (the fused kernels), a point STEP_MARGIN either side of each split step inside their range. A
-    fixed-width forward of `rows` rows at context c reaches a new split where c + rows passes k S, and
+    """The target forward's contexts: `contexts` and, where its decode attention runs in splits (the fused
+    kernels, fused_ops.split_starts), a point STEP_MARGIN either side of each split step inside their range.
+    A fixed-width forward of `rows` rows at context c reaches a new split where c + rows passes its start, and
     its cost steps up there: on one H200 the 32B AWQ verify (512 slots, 16 rows) took 10.43 ms at
     context 3,057 and 10.64 at 3,058, flat within a split count and rising within the next, which a line
     between contexts 2,048 and 3,072 missed by up to 3% (session 16). Around each step the profile's
@@ -100,7 +100,7 @@ def split_step_contexts(contexts: list[int], model, rows: int) -> list[int]:
         return sorted(set(contexts))
     low, high = min(contexts), max(contexts)
     points = set(contexts)
-    for boundary in range(slots, high + rows + 1, slots):
+    for boundary in fused_ops.split_starts(slots, high + rows + 1)[1:]:
         first = boundary - rows + 1  # the first context whose forward reaches slot `boundary`
         points |= {c for c in (first - STEP_MARGIN, first + STEP_MARGIN - 1) if low <= c <= high}
     return sorted(points)

@@ -25,9 +25,9 @@ default all, in this order):
   and as a share of a PEAK_GEMM_SIZE^3 bf16 GEMM timed in the same run.
 - `target-attention`: the AWQ Qwen3-32B target step (the decoder's width, one graph replay) at contexts 300
   and 4,000 with each of TARGET_ATTENTION_CHOICES: split-KV off or the slots a split (fused_ops.split_slots_for
-  gives the target WIDE_GROUP_SPLIT_SLOTS), the query rows a program (fused_ops.ATTENTION_BLOCK_M) and the
-  slots a loop step (ATTENTION_BLOCK_N), against its floor, each with `max_abs_diff` from the first (the
-  default).
+  gives the target WIDE_GROUP_SPLIT_SLOTS) and below it (fused_ops.SHORT_SPLIT_SLOTS), the query rows a
+  program (fused_ops.ATTENTION_BLOCK_M) and the slots a loop step (ATTENTION_BLOCK_N), against its floor,
+  each with `max_abs_diff` from the first (the default).
 - `target-kernels`: the same target step with the settings of TARGET_KERNEL_SETTINGS all off, then turned
   on one after another: the int4 GEMM letting the next kernel launch after its main loop
   (awq_triton.SIGNAL_NEXT), then SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up, the
@@ -128,22 +128,22 @@ FIXED_COST_STEPS = (2, 4, 8, 16, 32)  # 128-row steps a program
 FIXED_COST_ROWS = 8
 SPLIT_CHOICES = (None, 64, 128, 256)  # None: split-KV off (one program per KV head walks the cache)
 COMBINE_CHOICES = (1, 4, 8)  # splits merged per step of the split attention's combine
-# target-attention's settings: (slots a split, query rows a program, slots a loop step), the default first;
-# None slots: split-KV off (one program per KV head and row block walks the cache)
+# target-attention's settings: (slots a split, slots a split below that, query rows a program, slots a loop
+# step), the default first, then the uniform splits of sessions 15-26; None slots: split-KV off (one program
+# per KV head and row block walks the cache)
 TARGET_ATTENTION_CHOICES = (
-    (512, 16, 64),
-    (None, 16, 64),
-    (1024, 16, 64),
-    (256, 16, 64),
-    (128, 16, 64),
-    (512, 8, 64),
-    (256, 8, 64),
-    (128, 8, 64),
-    (512, 32, 64),
-    (128, 32, 64),
-    (512, 16, 32),
-    (128, 16, 32),
-    (512, 16, 128),
+    (512, 128, 16, 64),
+    (512, 512, 16, 64),
+    (None, 128, 16, 64),
+    (1024, 128, 16, 64),
+    (256, 128, 16, 64),
+    (128, 128, 16, 64),
+    (512, 64, 16, 64),
+    (512, 128, 8, 64),
+    (512, 128, 32, 64),
+    (512, 128, 16, 32),
+    (128, 128, 16, 32),
+    (512, 128, 16, 128),
 )
 TARGET_KERNEL_SETTINGS = ("signal next", "swiglu in gemm")  # target-kernels' steps, in order
 # target-width's settings: (decoder.EXACT_WIDTH, awq_triton.BLOCK_M), the sessions 17-25 decoder's first
@@ -353,22 +353,23 @@ def draft_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) 
     return draft_step_rows("draft-attention", settings, device, reps, bandwidth_gbs)
 
 
-def set_target_attention(model, slots: int | None, rows_per_program: int, slots_per_step: int) -> None:
+def set_target_attention(model, slots: int | None, short: int, rows_per_program: int, slots_per_step: int) -> None:
     """One of TARGET_ATTENTION_CHOICES on a model, with tickets for its row blocks (none memset in the step)."""
     model.attention_split_slots = slots
+    fused_ops.SHORT_SPLIT_SLOTS = short
     fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N = rows_per_program, slots_per_step
     config = model.config
     model.attention_tickets = fused_ops.attention_tickets(config.n_heads, config.n_kv_heads, model.head_weight.device)
 
 
-def attention_setting_name(slots: int | None, rows_per_program: int, slots_per_step: int) -> str:
-    split = "off" if slots is None else f"split {slots}"
+def attention_setting_name(slots: int | None, short: int, rows_per_program: int, slots_per_step: int) -> str:
+    split = "off" if slots is None else f"split {slots}" + (f" ({short} below)" if short < slots else "")
     return f"{split}, {rows_per_program} rows, {slots_per_step} slots"
 
 
 def target_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
     """The target step at each of TARGET_ATTENTION_CHOICES; fused_ops' defaults are put back after."""
-    defaults = (fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
+    defaults = (fused_ops.SHORT_SPLIT_SLOTS, fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
     settings = {
         attention_setting_name(*choice): lambda model, choice=choice: set_target_attention(model, *choice)
         for choice in TARGET_ATTENTION_CHOICES
@@ -376,7 +377,7 @@ def target_attention_rows(device: torch.device, reps: int, bandwidth_gbs: float)
     try:
         return target_step_rows("target-attention", settings, device, reps, bandwidth_gbs, compare=True)
     finally:
-        fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N = defaults
+        fused_ops.SHORT_SPLIT_SLOTS, fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N = defaults
 
 
 def target_kernel_choices() -> dict[str, tuple[bool, ...]]:

@@ -32,8 +32,8 @@ ATTENTION_BLOCK_N = 64  # cache slots per attention loop step
 ATTENTION_BLOCK_M = 16
 # Split-KV ("flash-decoding"): cache slots per program, so a long cache is read by many programs at once
 # rather than by one per KV head (8 programs for Qwen3-0.6B: its attention over 4,000 slots read at about
-# 0.3 TB/s on H200). Splits start at fixed slots (0, SPLIT_SLOTS, ...), so a row's sum runs in the same
-# order whatever the other rows' positions; None: one program per KV head and row block walks every slot.
+# 0.3 TB/s on H200). Splits start at fixed slots (split_starts), so a row's sum runs in the same order
+# whatever the other rows' positions; None: one program per KV head and row block walks every slot.
 SPLIT_SLOTS = 128
 # Where one KV head serves WIDE_GROUP or more query heads, each split program prepares and merges that many
 # more rows (times the forward's tokens), so fewer, longer splits pay: the 32B AWQ target step (8 query heads
@@ -42,11 +42,31 @@ SPLIT_SLOTS = 128
 # one constant (Transformer.attention_split_slots), never chosen per forward: a row's sums run over the same
 # splits whatever the forward's width, which keeps the target's verify and its own decoding exact.
 WIDE_GROUP, WIDE_GROUP_SPLIT_SLOTS = 8, 512
+# The slots below a model's split are split SHORT_SPLIT_SLOTS at a time (splits 0 .. split / SHORT - 1), and
+# the rest split by split: a short cache, where the decoder mostly runs, is read by more programs, and a long
+# one merges few partial sums. The 32B AWQ target step on one H200 at context 300 with uniform splits of 128
+# against 512: 7.213-7.222 ms against 7.293-7.313 (32 slots a loop step), but at 4,000 8.706-8.724 against
+# 7.940-8.025 (session 27). Fixed slots still: a row's sums run in the same order whatever the forward.
+SHORT_SPLIT_SLOTS = 128
 
 
 def split_slots_for(n_heads: int, n_kv_heads: int) -> int:
     """A model's split-KV slots per program (SPLIT_SLOTS, or WIDE_GROUP_SPLIT_SLOTS for wide groups)."""
     return WIDE_GROUP_SPLIT_SLOTS if n_heads // n_kv_heads >= WIDE_GROUP else SPLIT_SLOTS
+
+
+def short_split_slots(split_slots: int) -> int:
+    """The slots of each split below the first `split_slots` (SHORT_SPLIT_SLOTS, or the split where smaller)."""
+    short = min(SHORT_SPLIT_SLOTS, split_slots)
+    if split_slots % short or short % ATTENTION_BLOCK_N:
+        raise ValueError(f"split_slots {split_slots}: not a multiple of {short} in steps of {ATTENTION_BLOCK_N}")
+    return short
+
+
+def split_starts(split_slots: int, slots: int) -> list[int]:
+    """The first slot of every split of a cache of `slots` slots: short splits up to split_slots, then whole ones."""
+    short = short_split_slots(split_slots)
+    return [*range(0, min(slots, split_slots), short), *range(split_slots, slots, split_slots)]
 
 
 # Forwards of more new tokens (prefill) take the one-pass kernel: they have row blocks enough, and the
@@ -155,8 +175,8 @@ def attention(
     token: a tree query reads its ancestors' keys as if they sat at base, base + 1, ..., where a chain
     holds the same tokens, and a causal query runs the same compiled code with base = its position + 1;
     so a tree row is bit for bit the chain row of its path. With `split_slots` and at most
-    SPLIT_MAX_TOKENS tokens, programs over slots [s * split_slots, (s + 1) * split_slots) write partial
-    sums, and the last of a row block's splits to finish combines them per row, in split order (tickets:
+    SPLIT_MAX_TOKENS tokens, programs over the splits of `split_starts` (SHORT_SPLIT_SLOTS slots each up to
+    split_slots, then split_slots each) write partial sums, and the last of a row block's splits to finish combines them per row, in split order (tickets:
     int32 zeros, one per KV head and block of ATTENTION_BLOCK_M stacked rows, left zero; a model keeps
     them so the call needs no memset). Otherwise (a prefill) one program per block of stacked query rows."""
     n, n_heads, head_dim = q.shape
@@ -204,9 +224,8 @@ def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out,
     group = n_heads // n_kv
     rows = group * n  # the query rows of one KV head, stacked
     row_blocks = triton.cdiv(rows, ATTENTION_BLOCK_M)
-    if split_slots % ATTENTION_BLOCK_N:
-        raise ValueError(f"split_slots {split_slots} is not a multiple of {ATTENTION_BLOCK_N}")
-    splits = triton.cdiv(slots, split_slots)
+    short = short_split_slots(split_slots)
+    splits = len(split_starts(split_slots, slots))
     partial_sums = torch.empty((n_kv, rows, splits, head_dim), dtype=torch.float32, device=q.device)
     partial_stats = torch.empty((n_kv, rows, splits, 2), dtype=torch.float32, device=q.device)  # max, total
     tickets = tickets_for(tickets, n_kv * row_blocks, q.device)
@@ -231,6 +250,7 @@ def _split_attention(q, k_cache, v_cache, pos, scale, split_slots, tickets, out,
             prepare["sin"],
             prepare["eps"],
             SPLIT=split_slots,
+            SHORT=short,
             GROUP=group,
             HEAD_DIM=head_dim,
             BLOCK_M=ATTENTION_BLOCK_M,
@@ -566,6 +586,7 @@ if triton is not None:
         sin_ptr,
         eps,
         SPLIT: tl.constexpr,
+        SHORT: tl.constexpr,
         GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
@@ -577,7 +598,8 @@ if triton is not None:
         PDL: tl.constexpr,
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
-        below the block's largest position, left unnormalized with its running max and total. The last of
+        (`split_starts`: SHORT slots a split up to SPLIT, then SPLIT) below the block's largest position,
+        left unnormalized with its running max and total. The last of
         the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
         past that position does nothing (no ticket either: a long cache's many idle splits would queue on it).
         FROM_QKV: q_ptr is the merged projection's output, and the program first does qk_norm_rope_cache's
@@ -593,7 +615,8 @@ if triton is not None:
         d = tl.arange(0, HEAD_DIM)
         p = tl.load(pos_ptr + tok, mask=valid, other=-1)
         end = tl.max(p, axis=0) + 1
-        first = split * SPLIT
+        first = _split_start(split, SPLIT, SHORT)
+        after = _split_start(split + 1, SPLIT, SHORT)
         rows = (kv.to(tl.int64) * GROUP * n + m) * splits
         if first < end:
             if FROM_QKV:  # qk_norm_rope_cache's work: first the new keys and values of this split's slots
@@ -602,7 +625,7 @@ if triton is not None:
                 width = (H + 2 * tl.num_programs(0)) * HEAD_DIM
                 t = tl.arange(0, BLOCK_T)
                 new = tl.load(pos_ptr + t, mask=t < n, other=-1)[:, None]
-                mine = (t < n)[:, None] & (new >= first) & (new < first + SPLIT)
+                mine = (t < n)[:, None] & (new >= first) & (new < after)
                 row = t.to(tl.int64)[:, None] * width
                 r1, r2 = _prepared_heads(
                     q_ptr, row + (H + kv) * HEAD_DIM, mine, kw_ptr, cos_ptr, sin_ptr, new, eps, k_ptr, HEAD_DIM, NORM
@@ -630,7 +653,7 @@ if triton is not None:
                 q = tl.reshape(tl.permute(tl.join(r1, r2), (0, 2, 1)), (BLOCK_M, HEAD_DIM)).to(o_ptr.dtype.element_ty)
             else:
                 q = tl.load(q_ptr + (tok * H + head)[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
-            stop = tl.minimum(first + SPLIT, end)
+            stop = tl.minimum(after, end)
             running_max, total, acc = _causal_softmax(
                 q, k_ptr, v_ptr, p, kv, S, first, stop, end, scale, BLOCK_M, HEAD_DIM, BLOCK_N
             )
@@ -639,11 +662,23 @@ if triton is not None:
             tl.store(stats_ptr + (rows + split) * 2 + 1, total, mask=valid)
             tl.debug_barrier()  # every thread's partial sums are written before the ticket says so
             ticket = ticket_ptr + kv * tl.num_programs(1) + tl.program_id(1)
-            if tl.atomic_add(ticket, 1, sem="acq_rel") == tl.cdiv(end, SPLIT) - 1:
+            if tl.atomic_add(ticket, 1, sem="acq_rel") == _split_of(end - 1, SPLIT, SHORT):
                 _combine_splits(
-                    sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, HEAD_DIM, BLOCK_M, CHUNK
+                    sums_ptr, stats_ptr, o_ptr, rows, p, valid, tok, head, H, SPLIT, SHORT, HEAD_DIM, BLOCK_M, CHUNK
                 )
                 tl.store(ticket, 0)
+
+    @triton.jit
+    def _split_start(split, SPLIT: tl.constexpr, SHORT: tl.constexpr):
+        """The first slot of split `split` (split_starts)."""
+        FIRST: tl.constexpr = SPLIT // SHORT  # the short splits
+        return tl.where(split < FIRST, split * SHORT, (split - FIRST + 1) * SPLIT)
+
+    @triton.jit
+    def _split_of(slot, SPLIT: tl.constexpr, SHORT: tl.constexpr):
+        """The split that holds `slot` (split_starts)."""
+        FIRST: tl.constexpr = SPLIT // SHORT
+        return tl.where(slot < SPLIT, slot // SHORT, slot // SPLIT + FIRST - 1)
 
     @triton.jit
     def _merge_split(sums_ptr, stats_ptr, rows, split, take, running_max, total, acc, HEAD_DIM: tl.constexpr):
@@ -674,15 +709,16 @@ if triton is not None:
         head,
         H,
         SPLIT: tl.constexpr,
+        SHORT: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK_M: tl.constexpr,
         CHUNK: tl.constexpr,
     ):
-        """Each row's splits 0 .. p // SPLIT merged in order, rescaled to their common max; the splits
+        """Each row's splits 0 .. the one holding p merged in order, rescaled to their common max; the splits
         past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them.
         Whole runs of CHUNK splits a loop step, unrolled, so that their loads are in flight together (the
         merge is a chain of dependent reads otherwise: at 4,000 slots, 32 of them); the rest one a step."""
-        last = p // SPLIT  # each row's last split (-1 for padding rows: none)
+        last = _split_of(p, SPLIT, SHORT)  # each row's last split (padding rows take none: not valid)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)

@@ -74,8 +74,9 @@ def test_qkv_attention_is_the_two_kernels_and_writes_the_same_cache(norms):
         two = (k_cache.clone().to(DEVICE), v_cache.clone().to(DEVICE))
         one = (k_cache.clone().to(DEVICE), v_cache.clone().to(DEVICE))
         q = fused_ops.qk_norm_rope_cache(qkv, q_weight, k_weight, cos, sin, where, *two, n_heads, 1e-6)
-        want = fused_ops.attention(q, *two, where, 0.3, 64)
-        got = fused_ops.qkv_attention(qkv, q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, 64)
+        split = 256 if pos[0] == 120 else 64  # 16 tokens across the short splits of 128 below 256
+        want = fused_ops.attention(q, *two, where, 0.3, split)
+        got = fused_ops.qkv_attention(qkv, q_weight, k_weight, cos, sin, where, *one, n_heads, 1e-6, 0.3, split)
         assert _same(got, want)
         assert _same(one[0], two[0]) and torch.equal(one[1], two[1])
         assert not torch.equal(one[0], k_cache.to(DEVICE))  # control: the new keys were written
@@ -116,14 +117,24 @@ def test_speculative_output_is_target_greedy_across_split_boundaries(schedule):
 def test_a_models_split_is_longer_where_a_kv_head_serves_many_query_heads():
     """One constant per model (its decodes of every width then sum a row over the same splits): 512 slots
     for Qwen3-32B's 8 query heads per KV head, 128 for the drafts' 2; the split route reads 512-slot
-    splits as it reads others."""
+    splits, their first 512 slots in splits of 128, as it reads others."""
     assert fused_ops.split_slots_for(64, 8) == fused_ops.WIDE_GROUP_SPLIT_SLOTS == 512
     assert fused_ops.split_slots_for(16, 8) == fused_ops.split_slots_for(4, 2) == fused_ops.SPLIT_SLOTS
+    assert fused_ops.split_starts(512, 1100) == [0, 128, 256, 384, 512, 1024]
+    assert fused_ops.split_starts(128, 300) == [0, 128, 256] and fused_ops.split_starts(64, 130) == [0, 64, 128]
+    with pytest.raises(ValueError, match="not a multiple of 128"):
+        fused_ops.split_starts(192, 300)
     model = load_model("tiny-qwen3", DEVICE, "float32", seed=1, max_seq_len=16, kernels="fused").model
     assert model.attention_split_slots == fused_ops.SPLIT_SLOTS
-    q, k_cache, v_cache = _inputs(3, slots=1100)
-    pos = torch.tensor([511, 512, 1000])  # the last slot of a 512-slot split, the first of the next, a later one
-    k_cache[:, :, 1001:], v_cache[:, :, 1001:] = float("nan"), float("nan")  # never read
+    q, k_cache, v_cache = _inputs(6, slots=1100)
+    # the last slot of a short split and the first of the next, the last short split's, then the long ones'
+    pos = torch.tensor([127, 128, 511, 512, 1023, 1000])
+    k_cache[:, :, 1024:], v_cache[:, :, 1024:] = float("nan"), float("nan")  # never read
     got = fused_ops.attention(q.to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos.to(DEVICE), 0.3, 512)
     reference = reference_attention(q, k_cache, v_cache, torch.arange(1100)[None, :] <= pos[:, None], 0.3)
-    assert (got.view(3, 4, 16).cpu() - reference).abs().max() <= TOL * reference.abs().max()
+    assert (got.view(6, 4, 16).cpu() - reference).abs().max() <= TOL * reference.abs().max()
+    for row in (0, 2, 5):  # a row's value is its own, bit for bit, whatever the other rows' positions
+        alone = fused_ops.attention(
+            q[row : row + 1].to(DEVICE), k_cache.to(DEVICE), v_cache.to(DEVICE), pos[row : row + 1].to(DEVICE), 0.3, 512
+        )
+        assert torch.equal(alone, got[row : row + 1])

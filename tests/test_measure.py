@@ -7,6 +7,7 @@ import pytest
 
 from contracts.policies import CATCH_UP_WIDTHS
 from measure.__main__ import main
+from model import fused_ops
 from sim.profile import Profile
 
 TINY = [
@@ -202,21 +203,24 @@ def test_the_draft_prefill_is_timed_without_a_first_token_choice(monkeypatch):
 
 
 def test_the_target_is_timed_either_side_of_each_split_step_of_its_attention():
-    """With split attention of 512 slots and 16 rows, the forward at context c reaches a new split where
-    c + 16 passes 512 k: each step inside the range gets a point below it and one above, both within
-    STEP_MARGIN; the profile's own contexts stay. Without split attention the contexts are the profile's."""
+    """With split attention of 512 slots (its first 512 in splits of 128) and 16 rows, the forward at
+    context c reaches a new split where c + 16 passes a split's start: each step inside the range gets a
+    point below it and one above, both within STEP_MARGIN; the profile's own contexts stay. Without split
+    attention the contexts are the profile's."""
     from types import SimpleNamespace
 
     from measure.benchmarks import STEP_MARGIN, split_step_contexts
 
     fused = SimpleNamespace(kernels="fused", attention_split_slots=512)
-    points = split_step_contexts([256, 1024, 2048, 3072, 3584], fused, 16)
-    assert {256, 1024, 2048, 3072, 3584} <= set(points) and points == sorted(points)
-    for k in range(1, 8):
-        below = [c for c in points if c + 16 <= 512 * k]
-        above = [c for c in points if c + 16 > 512 * k]
-        assert 512 * k - 16 - below[-1] < STEP_MARGIN and above[0] - (512 * k - 16) <= STEP_MARGIN, k
-    assert max(points) == 3584 and min(points) == 256
+    points = split_step_contexts([100, 1024, 2048, 3072, 3584], fused, 16)
+    assert {100, 1024, 2048, 3072, 3584} <= set(points) and points == sorted(points)
+    starts = [128, 256, 384, *range(512, 3600, 512)]
+    assert fused_ops.split_starts(512, 3600) == [0, *starts]
+    for start in starts:
+        below = [c for c in points if c + 16 <= start]
+        above = [c for c in points if c + 16 > start]
+        assert start - 16 - below[-1] < STEP_MARGIN and above[0] - (start - 16) <= STEP_MARGIN, start
+    assert max(points) == 3584 and min(points) == 100
     unfused = SimpleNamespace(kernels="torch", attention_split_slots=512)
     assert split_step_contexts([256, 1024], unfused, 16) == [256, 1024]
     assert split_step_contexts([256, 1024], fused, 17) == [256, 1024]  # wider forwards take the one-pass kernel

@@ -50,25 +50,31 @@ def test_target_width_settings_set_the_decoders_width_and_the_int4_programs_rows
 
 
 def test_target_attention_settings_start_at_the_default_and_size_the_tickets_for_their_row_blocks(monkeypatch):
-    """target-attention's first setting is what the 32B target runs; each setting sets the split on the model
-    and the program's rows and slots in fused_ops, with a ticket for every row block its widest forward has."""
-    monkeypatch.setattr(fused_ops, "ATTENTION_BLOCK_M", fused_ops.ATTENTION_BLOCK_M)
-    monkeypatch.setattr(fused_ops, "ATTENTION_BLOCK_N", fused_ops.ATTENTION_BLOCK_N)
+    """target-attention's first setting is what the 32B target runs, its second the uniform splits before
+    session 27; each sets the split on the model and the short split, the program's rows and slots in
+    fused_ops, with a ticket for every row block its widest forward has."""
+    for name in ("SHORT_SPLIT_SLOTS", "ATTENTION_BLOCK_M", "ATTENTION_BLOCK_N"):
+        monkeypatch.setattr(fused_ops, name, getattr(fused_ops, name))
     config = PRESETS["qwen3-32b-awq"]
     default_split = fused_ops.split_slots_for(config.n_heads, config.n_kv_heads)
-    program = (fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
+    program = (fused_ops.SHORT_SPLIT_SLOTS, fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
     assert routes.TARGET_ATTENTION_CHOICES[0] == (default_split, *program)
     model = SimpleNamespace(config=config, head_weight=torch.zeros(1), attention_split_slots=default_split)
     group = config.n_heads // config.n_kv_heads
-    for slots, rows, step in routes.TARGET_ATTENTION_CHOICES:
-        routes.set_target_attention(model, slots, rows, step)
-        program = (fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
-        assert (model.attention_split_slots, *program) == (slots, rows, step)
+    for slots, short, rows, step in routes.TARGET_ATTENTION_CHOICES:
+        routes.set_target_attention(model, slots, short, rows, step)
+        program = (fused_ops.SHORT_SPLIT_SLOTS, fused_ops.ATTENTION_BLOCK_M, fused_ops.ATTENTION_BLOCK_N)
+        assert (model.attention_split_slots, *program) == (slots, short, rows, step)
         row_blocks = -(-group * fused_ops.SPLIT_MAX_TOKENS // rows)
         assert model.attention_tickets.shape == (config.n_kv_heads * row_blocks,)
         assert not model.attention_tickets.any()
     names = [routes.attention_setting_name(*choice) for choice in routes.TARGET_ATTENTION_CHOICES]
-    assert names[:2] == ["split 512, 16 rows, 64 slots", "off, 16 rows, 64 slots"] and len(set(names)) == len(names)
+    assert names[:3] == [
+        "split 512 (128 below), 16 rows, 64 slots",
+        "split 512, 16 rows, 64 slots",
+        "off, 16 rows, 64 slots",
+    ]
+    assert len(set(names)) == len(names)
 
 
 def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
