@@ -73,8 +73,8 @@ def split_starts(split_slots: int, slots: int) -> list[int]:
 # partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
 # (model/decoder.py, width()), so they all take the same path.
 SPLIT_MAX_TOKENS = 16
-# Splits merged per step of the last split's combine, their loads in flight together (the splits past the
-# last whole run one a step). On one H200 the draft step at context 4,000 took 1.213 ms with 8 against 1.355
+# Splits merged per step of the last split's combine, their loads in flight together (the last step's
+# splits past the last one there is are masked). On one H200 the draft step at context 4,000 took 1.213 ms with 8 against 1.355
 # with 1 (300: 0.941 against 0.939); 128 slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213
 # against 1.162 at 4,000 (session 14); measure.routes' draft-layer route had 4 ahead of 8 at both.
 COMBINE_CHUNK = 4
@@ -716,23 +716,19 @@ if triton is not None:
     ):
         """Each row's splits 0 .. the one holding p merged in order, rescaled to their common max; the splits
         past a row's own are skipped exactly (weight 0, rescale 1). Read past L1: other programs wrote them.
-        Whole runs of CHUNK splits a loop step, unrolled, so that their loads are in flight together (the
-        merge is a chain of dependent reads otherwise: at 4,000 slots, 32 of them); the rest one a step."""
+        CHUNK splits a loop step, unrolled, so that their loads are in flight together (the merge is a chain
+        of dependent reads otherwise: at 4,000 slots, 32 of them); the last step's splits past every row's
+        are skipped the same way, so 3 splits take one step, not three."""
         last = _split_of(p, SPLIT, SHORT)  # each row's last split (padding rows take none: not valid)
         running_max = tl.full([BLOCK_M], -1e30, tl.float32)
         total = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         splits = tl.max(last, axis=0) + 1
-        whole = splits // CHUNK * CHUNK
-        for chunk in range(0, whole, CHUNK):
+        for chunk in range(0, splits, CHUNK):
             for j in tl.static_range(CHUNK):
                 running_max, total, acc = _merge_split(
                     sums_ptr, stats_ptr, rows, chunk + j, valid & (chunk + j <= last), running_max, total, acc, HEAD_DIM
                 )
-        for split in range(whole, splits):
-            running_max, total, acc = _merge_split(
-                sums_ptr, stats_ptr, rows, split, valid & (split <= last), running_max, total, acc, HEAD_DIM
-            )
         out = acc / tl.where(valid, total, 1.0)[:, None]
         d = tl.arange(0, HEAD_DIM)
         tl.store(
