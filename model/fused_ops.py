@@ -58,8 +58,10 @@ def split_slots_for(n_heads: int, n_kv_heads: int) -> int:
 def short_split_slots(split_slots: int) -> int:
     """The slots of each split below the first `split_slots` (SHORT_SPLIT_SLOTS, or the split where smaller)."""
     short = min(SHORT_SPLIT_SLOTS, split_slots)
-    if split_slots % short or short % ATTENTION_BLOCK_N:
-        raise ValueError(f"split_slots {split_slots}: not a multiple of {short} in steps of {ATTENTION_BLOCK_N}")
+    if short % ATTENTION_BLOCK_N:
+        raise ValueError(f"split_slots {split_slots}: not a multiple of {ATTENTION_BLOCK_N} (an attention loop step)")
+    if split_slots % short:
+        raise ValueError(f"split_slots {split_slots}: not a multiple of {short} (the short splits below it)")
     return short
 
 
@@ -73,10 +75,10 @@ def split_starts(split_slots: int, slots: int) -> list[int]:
 # partial sums would grow with tokens x slots. The decoder's target decode forwards all have one width
 # (model/decoder.py, width()), so they all take the same path.
 SPLIT_MAX_TOKENS = 16
-# Splits merged per step of the last split's combine, their loads in flight together (the last step's
-# splits past the last one there is are masked). On one H200 the draft step at context 4,000 took 1.213 ms with 8 against 1.355
-# with 1 (300: 0.941 against 0.939); 128 slots against 256 per split: 0.941 against 1.030 ms at 300, 1.213
-# against 1.162 at 4,000 (session 14); measure.routes' draft-layer route had 4 ahead of 8 at both.
+# Splits merged per step of the last split's combine, their loads in flight together (in the last step,
+# splits past the last one are masked). On one H200 the draft step at context 4,000 took 1.213 ms with 8
+# against 1.355 with 1 (300: 0.941 against 0.939); 128 slots against 256 per split: 0.941 against 1.030 ms at
+# 300, 1.213 against 1.162 at 4,000 (session 14); measure.routes' draft-layer route had 4 ahead of 8 at both.
 COMBINE_CHUNK = 4
 
 
@@ -176,9 +178,9 @@ def attention(
     holds the same tokens, and a causal query runs the same compiled code with base = its position + 1;
     so a tree row is bit for bit the chain row of its path. With `split_slots` and at most
     SPLIT_MAX_TOKENS tokens, programs over the splits of `split_starts` (SHORT_SPLIT_SLOTS slots each up to
-    split_slots, then split_slots each) write partial sums, and the last of a row block's splits to finish combines them per row, in split order (tickets:
-    int32 zeros, one per KV head and block of ATTENTION_BLOCK_M stacked rows, left zero; a model keeps
-    them so the call needs no memset). Otherwise (a prefill) one program per block of stacked query rows."""
+    split_slots, then split_slots each) write partial sums, and the last of a row block's splits to finish
+    combines them per row, in split order (tickets: int32 zeros, one per KV head and block of
+    ATTENTION_BLOCK_M stacked rows, left zero; a model keeps them so the call needs no memset). Otherwise (a prefill) one program per block of stacked query rows."""
     n, n_heads, head_dim = q.shape
     _, n_kv, slots, _ = k_cache.shape
     group = n_heads // n_kv
@@ -599,8 +601,8 @@ if triton is not None:
     ):
         """Program (kv head, row block, split): _attention_kernel's online softmax over the split's slots
         (`split_starts`: SHORT slots a split up to SPLIT, then SPLIT) below the block's largest position,
-        left unnormalized with its running max and total. The last of
-        the block's splits to finish combines them (_combine_splits) and resets the block's ticket; a split
+        left unnormalized with its running max and total. The last of the block's splits to finish
+        combines them (_combine_splits) and resets the block's ticket; a split
         past that position does nothing (no ticket either: a long cache's many idle splits would queue on it).
         FROM_QKV: q_ptr is the merged projection's output, and the program first does qk_norm_rope_cache's
         work for its rows and slots (qkv_attention)."""
