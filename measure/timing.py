@@ -48,14 +48,18 @@ def _quantile(values: list[float], q: float) -> float:
 TIMING_KEYS = ("median_ms", "p10_ms", "p90_ms", "host_ms")  # a timing's values that passes merge
 
 
-def summarize(device_ms: list[float], host_ms: list[float]) -> dict:
+def spread(times_ms: list[float]) -> dict:
+    """A timing's median, p10 and p90 (ms) and its count."""
     return {
-        "median_ms": statistics.median(device_ms),
-        "p10_ms": _quantile(device_ms, 0.1),
-        "p90_ms": _quantile(device_ms, 0.9),
-        "n": len(device_ms),
-        "host_ms": statistics.median(host_ms),
+        "median_ms": statistics.median(times_ms),
+        "p10_ms": _quantile(times_ms, 0.1),
+        "p90_ms": _quantile(times_ms, 0.9),
+        "n": len(times_ms),
     }
+
+
+def summarize(device_ms: list[float], host_ms: list[float]) -> dict:
+    return {**spread(device_ms), "host_ms": statistics.median(host_ms)}
 
 
 def merged_passes(passes: list):

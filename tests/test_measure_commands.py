@@ -1,5 +1,5 @@
 """The GPU benchmark commands (python -m measure.speed, measure.head_speed, measure.awq_sweep,
-measure.verify_speed) on CPU:
+measure.verify_speed, measure.device_copies, ...) on CPU:
 --help works anywhere; without a GPU each refuses in one line with exit code 2 and writes nothing; a
 bad --out is refused before any work; and their pure helpers (floors, byte counts, sweep grids,
 estimates, printed lines) compute what they say."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, head_speed, routes, speed, speed_file, step_kernels, verify_speed
-from measure.timing import check_out, environment_header, floor_ms, require_cuda
+from measure import awq_sweep, device_copies, head_speed, routes, speed, speed_file, step_kernels, verify_speed
+from measure.timing import check_out, environment_header, floor_ms, require_cuda, spread, summarize
 from model import flashhead_triton
 from model.flashhead import build_clustering
 from model.heads import DenseHead
@@ -31,6 +31,7 @@ COMMANDS = [
     (verify_speed, "python -m measure.verify_speed", ["sampling verify", "greedy settle", "floor", "launch"]),
     (routes, "python -m measure.routes", ["awq-gemm", "awq-prefill", "draft-attention", "--routes"]),
     (step_kernels, "python -m measure.step_kernels", ["kernel by kernel", "span", "busy", "SPECLOOP_OVERLAP=0"]),
+    (device_copies, "python -m measure.device_copies", ["peer", "pinned host", "two CUDA GPUs", "hand-over"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 
@@ -361,3 +362,29 @@ def test_step_kernels_cuts_a_profile_into_its_calls_and_refuses_calls_that_diffe
         step_kernels.split_calls(kernels[:-1], 3)
     with pytest.raises(RuntimeError, match="did not run the same kernels"):
         step_kernels.split_calls([*kernels[:4], ("other", 20.0, 21.0), kernels[5]], 3)
+
+
+def test_device_copies_needs_two_gpus_and_another_peer(monkeypatch):
+    """Checked before any work: fewer than two GPUs, or --peer the same GPU as --device, or not a GPU."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UsageError, match=r"^python -m measure\.device_copies needs two CUDA GPUs \(found 1\)$"):
+        device_copies.require_peer(device_copies.COMMAND, torch.device("cuda", 0), "cuda:1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for peer in ("cuda:0", "cpu", "cuda"):
+        with pytest.raises(UsageError, match=r"^--peer .*: give another CUDA GPU than --device, as cuda:N \(N < 2\)$"):
+            device_copies.require_peer(device_copies.COMMAND, torch.device("cuda", 0), peer)
+    assert device_copies.require_peer(device_copies.COMMAND, torch.device("cuda", 0), "cuda:1") == torch.device(
+        "cuda", 1
+    )
+
+
+def test_device_copies_rows_print_their_table_mode_and_hand_over():
+    timing = spread([0.2, 0.1, 0.3, 0.4, 0.5])
+    assert timing == {"median_ms": 0.3, "p10_ms": pytest.approx(0.14), "p90_ms": pytest.approx(0.46), "n": 5}
+    assert summarize([0.2, 0.1, 0.3], [1.0, 3.0, 2.0]) == {**spread([0.1, 0.2, 0.3]), "host_ms": 2.0}
+    wait = device_copies.format_row({"table": "wait", "mode": "peer", "destination": "busy", **timing})
+    assert " ".join(wait.split()) == "wait peer busy 0.300 ms [p10 0.140, p90 0.460]"
+    hop = {"table": "hop", "mode": "pinned relay", "hops": 20, **timing, "hand_over_ms": 0.011}
+    assert " ".join(device_copies.format_row(hop).split()) == (
+        "hop pinned relay 20 hops 0.300 ms [p10 0.140, p90 0.460], a hand-over 0.011 ms"
+    )
