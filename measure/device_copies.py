@@ -9,8 +9,8 @@ target's verify decides what they cost the round.
     python -m measure.device_copies --out copies.json [--device cuda:0 --peer cuda:1] [--reps 12]
 
 No model weights, SYNTHETIC or real: COPY_TOKENS int64 tokens and spinning kernels (torch.cuda._sleep). Every
-time is CUDA events on the source's stream, or, for the hops, the host clock over the whole chain; median
-[p10, p90] of --reps repetitions after one warm-up. Two tables:
+time is CUDA events (on the source's stream; the busy kernels alone on --peer's), or, for the hops, the host
+clock over the whole chain; median [p10, p90] of --reps repetitions after one warm-up. Two tables:
 - `wait`: --device copies the tokens to --peer while --peer runs BUSY_KERNELS spinning kernels (`busy`) or
   nothing (`idle`): the time the source's stream takes to pass the copy, for each of COPY_MODES: `peer`
   (PyTorch's `.to()`, a two-way barrier: the decoder's copy), `peer, side stream` (the barrier taken on a
