@@ -764,30 +764,31 @@ class Decoder:
         return x.to(self.target_device, non_blocking=True)
 
     def cursor_to_draft(self, run: Run) -> torch.Tensor:
-        """copy_tokens of the cursor (prev, f, p) to the draft device: on the target device's stream,
-        with the same two-way barrier. A deferred round of a chain decoder issues it before its read, so
-        that it runs as soon as the round is settled on the target; `to_draft` takes it after the read."""
-        if self.copies:
-            self._event("copy_tokens", "target", run.cursor.numel())
-            with self.clock.span("copy_tokens", self.target_device):  # on the source's stream
-                return run.cursor.to(self.draft_device, non_blocking=True)
-        return run.cursor.to(self.draft_device, non_blocking=True)
+        """copy_tokens of the cursor (prev, f, p) to the draft device. A deferred round of a chain decoder
+        issues it before its read, so that it runs as soon as the round is settled on the target;
+        `to_draft` takes it after the read."""
+        return self._copy_to_draft(run.cursor)
 
     def to_draft(self, run: Run, copied: torch.Tensor | None = None) -> None:
         """The cursor to the draft device: `copied` (`cursor_to_draft`'s, issued before the read) or a
         copy now; a tree decoder's cursor and round's cache moves travel in one copy, and the draft's
         cache is cropped."""
         if self.trees is not None:  # the cursor and the round's cache moves travel in one copy
-            packed = torch.cat([run.cursor, run.moves.view(-1)])
-            if self.copies:
-                self._event("copy_tokens", "target", packed.numel())
-                with self.clock.span("copy_tokens", self.target_device):
-                    packed = packed.to(self.draft_device, non_blocking=True)
+            packed = self._copy_to_draft(torch.cat([run.cursor, run.moves.view(-1)]))
             run.draft_cursor = packed[:3]
             with self.clock.phase("finalize", self.draft_device):  # the crop of the draft's cache
                 self.trees.to_draft(run, packed[3:].view(3, -1))
             return
         run.draft_cursor = self.cursor_to_draft(run) if copied is None else copied
+
+    def _copy_to_draft(self, values: torch.Tensor) -> torch.Tensor:
+        """copy_tokens of target-device values to the draft device: on the target device's stream, with
+        the same two-way barrier as `to_target` (logged and timed on two devices only)."""
+        if self.copies:
+            self._event("copy_tokens", "target", values.numel())
+            with self.clock.span("copy_tokens", self.target_device):  # on the source's stream
+                return values.to(self.draft_device, non_blocking=True)
+        return values.to(self.draft_device, non_blocking=True)
 
     def verify(self, run: Run, tokens: torch.Tensor, start: torch.Tensor, standalone: bool = False) -> torch.Tensor:
         """One target forward over tokens [n] at start..; the target's argmax after each [n] (its
