@@ -38,6 +38,7 @@ from model.router_stream import SideStream
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_noise import SamplingNoise
 from model.sampling_triton import BlockVerifier
+from model.settle import RoundSettler
 from model.step_heads import step_heads
 from model.trace import Generation, Round
 from model.tree_rounds import TreeRounds, check_tree, check_tree_precision, head_kind
@@ -417,6 +418,7 @@ class Decoder:
         # the draft's q (model/draft_q_triton.py: three launches on a GPU)
         self.draft_q = None if sampling.greedy else DraftQ(self.draft_device, sampling)
         self.eos_id = eos_id if stop_at_eos else None
+        self.settler = RoundSettler(self.target_device, self.eos_id)  # one launch on a GPU (model/settle.py)
         self.events = events
         self.tensor_parallel = tensor_parallel
         # on one device its one stream is the target's (as the simulator's one resource)
@@ -842,31 +844,24 @@ class Decoder:
         after seq[i]; accepted a = leading matches of d with preds, the new f = preds[a]. Sampling:
         preds [k+1, V] = the target's distributions, drafts' q = those of d1..dk (None: the baseline), and
         the round's verification (`self.verifier`: the fused kernel of model/sampling_triton.py on a
-        GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. The cursor moves to
-        f at p + a + 1 (both caches are thereby cropped). Returns (a, f) as [1] tensors."""
+        GPU, its torch reference elsewhere, bit-identical) decides a and f with its random numbers. `self.settler`
+        (model/settle.py: one launch on a GPU) then emits the block and moves the cursor to f at p + a + 1 (both
+        caches are thereby cropped). Returns (a, f) as [1] tensors."""
         if self.trees is not None and seq.numel() > 1 and not run.chain_round:
             return self.trees.settle(run, seq, preds)
         if self.trees is not None:  # a chain round of a tree decoder: its tokens are in place in both caches
             run.moves = self.trees.chain_moves(run.cursor[2:3])
         drafted = seq.numel() - 1
-        if self.sampling.greedy:
-            a = (seq[1:] == preds[:drafted]).long().cumprod(0).sum(0, keepdim=True)
-            f = preds.gather(0, a)
-        else:
+        verdict = None  # greedy: the settle computes (a, f) from preds
+        if not self.sampling.greedy:
             draft_probs = preds[:0] if drafts is None else self._dense_q(drafts)  # the baseline: no draft tokens
             accept = self._accept_uniforms(run, drafted)
             verify = self.verifier if drafted else sampling.verify_block_reference  # the kernel needs K >= 1
-            a, f = verify(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
+            verdict = verify(preds, draft_probs, seq[1:], accept, self._race_noise(run.cursor[2:3]))
             if drafts is not None and drafts.scored is not None:  # leave the row buffer zeroed
                 draft_probs.scatter_(1, drafts.scored, 0.0)
-        block = torch.cat([seq[1:], f]).scatter_(0, a, f)
-        run.out.index_copy_(0, run.n + self.positions[: drafted + 1], block)
-        if self.eos_id is not None:
-            run.eos |= ((block == self.eos_id) & (self.positions[: drafted + 1] <= a)).any(0, keepdim=True)
-        run.n += a + 1
         index = len(run.rounds) - 1
-        run.accepted[index : index + 1] = a
-        run.cursor = torch.cat([seq.gather(0, a), f, run.cursor[2:3] + a + 1])
+        a, f, run.cursor = self.settler(seq, preds, verdict, run.out, run.n, run.eos, run.accepted, index, run.cursor)
         return a, f
 
     def _dense_q(self, drafts: Proposals) -> torch.Tensor:
