@@ -90,6 +90,8 @@ class PhaseClock:
         self.references: dict = {}  # timeline: device -> CUDA event recorded when the generation began
         self.origins: dict = {}  # timeline: device -> the perf_counter time at which that event ran
         self.begun = False  # timeline: `begin` ran for this generation
+        self.event_pool: dict = {}  # device -> timing events, reused by every generation (`recycle`)
+        self.events_taken: dict = {}  # device -> how many of its pool this generation has taken
 
     @property
     def timeline(self) -> bool:
@@ -100,6 +102,21 @@ class PhaseClock:
         if on and not self.enabled:
             raise UsageError("a timeline needs the phase times (phases on)")
         self._timeline = bool(on)
+
+    def recycle(self) -> None:
+        """A generation begins: its phases take the pool's timing events again from the first. The last
+        generation's were all waited for when it ended (`results`). Why: creating a CUDA event costs the host
+        a few microseconds, and the first phase after a read is on the critical path."""
+        self.events_taken = {}
+
+    def _timing_events(self, device: torch.device) -> tuple:
+        """The next two timing events of `device`'s pool (made the first time they are needed)."""
+        pool = self.event_pool.setdefault(device, [])
+        taken = self.events_taken.get(device, 0)
+        while len(pool) < taken + 2:
+            pool.append(torch.cuda.Event(enable_timing=True))
+        self.events_taken[device] = taken + 2
+        return pool[taken], pool[taken + 1]
 
     def begin(self) -> None:
         """Timeline: a generation begins (before its prefill), outside the timed windows. On each idle
@@ -126,7 +143,7 @@ class PhaseClock:
     @contextmanager
     def _span(self, name: str, device: torch.device) -> Iterator[None]:
         if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = self._timing_events(device)
             stream = torch.cuda.current_stream(device)
             issued = time.perf_counter()
             start.record(stream)
@@ -169,7 +186,7 @@ class PhaseClock:
                 self.spans.append(("host", "host_gap", None, end, now))
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = self._timing_events(device)
             issued = time.perf_counter() if self._timeline else None
             start.record(stream)
             yield
@@ -539,6 +556,7 @@ class Decoder:
             seed = sampling.generation_seed(self.sampling.seed, sample)
             self.seed_on_target.fill_(seed)
             self.seed_on_draft.fill_(seed)
+        self.clock.recycle()
         if self.clock.timeline:
             self.clock.begin()
         t0 = time.perf_counter()
@@ -696,7 +714,7 @@ class Decoder:
             self._event("draft_step", stream, tokens.shape[1])
             head = heads[min(max(0, i + shift), len(heads) - 1)]
             with self.clock.phase("draft_body", device):
-                head.before_body(tokens[:, -1:])  # a router's cluster choice, beside the body
+                head.before_body(tokens)  # a router's cluster choice, beside the body
                 hidden, start = body(tokens, start)
             with self.clock.phase("draft_head", device):
                 token = head(hidden, start, tokens[:, -1:], i + shift if i + shift >= 0 else steps - 1)
@@ -720,8 +738,10 @@ class Decoder:
         return self.steps_from_cursor(run.draft_cursor, self.missed(run, "draft-model"), self.K)
 
     def steps_from_cursor(self, cursor: torch.Tensor, fed: int, K: int, drafter: str = "draft-model") -> Proposals:
-        """K draft steps whose first feeds the last `fed` (1 or 2) tokens of a cursor (prev, f, p): f at p."""
-        return self.draft_steps(cursor[2 - fed : 2].view(1, fed), cursor[2:3] - (fed - 1), K, drafter)
+        """K draft steps whose first feeds the last `fed` (1 or 2) tokens of a cursor (prev, f, p): f at p.
+        (One fed token starts at p itself: no subtraction launched on the round's critical path.)"""
+        start = cursor[2:3] if fed == 1 else cursor[2:3] - (fed - 1)
+        return self.draft_steps(cursor[2 - fed : 2].view(1, fed), start, K, drafter)
 
     def missed(self, run: Run, drafter: str) -> int:
         """How many tokens a model drafter's first step of the round feeds, f the last: those its cache

@@ -64,7 +64,7 @@ def pipelined(dec, run) -> None:
 
 def _deferred_rounds(dec, run, lookahead: bool) -> None:
     drafting = dec.drafting  # None: the draft model at the decoder's K every round
-    block = block_on_draft = None
+    block = block_on_draft = seq = None
     arm = drafting.choose() if drafting is not None and run.more() else Arm("draft-model", dec.K)
     while run.more():
         K, played, before, context = arm.K, arm, run.least, run.prompt_len + run.least
@@ -75,7 +75,7 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         if block is None:
             block_on_draft = dec.propose(run, arm if drafting else None)  # draft_step x K (prompt lookup: lookup)
             block = dec.to_target(block_on_draft) if on_draft else block_on_draft  # copy_tokens(K)
-        seq = torch.cat([run.cursor[1:2], block.tokens])
+            seq = torch.cat([run.cursor[1:2], block.tokens])
         preds = dec.verify(run, seq, run.cursor[2:3])  # verify(K+1) over [f, d1..dK]
         ahead = dec.lookahead(run, block_on_draft) if lookahead and on_draft else None  # draft_step x (K+1)
         a, f = dec.settle(run, seq, preds, block)
@@ -96,6 +96,7 @@ def _deferred_rounds(dec, run, lookahead: bool) -> None:
         dec.drafted(run, played, context, K if used else n - before - 1, fed_last=ahead is not None)
         if used:  # round r+1 verifies e2..e(K+1) (after a tree round: as a chain); the draft stands past them
             block_on_draft, block = ahead[1:], ahead_on_target[1:]
+            seq = ahead_on_target.tokens  # [f, e2..e(K+1)] as copied, f being e1: no launch before the verify
             dec.past_lookahead_of(run, K)
         else:  # after the read, the next arm; f to the draft model when it drafts next (a tree: copy_tokens)
             block = None

@@ -19,15 +19,18 @@ from model.router_stream import ChosenClusters, SideStream
 
 
 class StepHead:
-    """One draft position's head: `before_body(fed)` as the step begins, then `(hidden, pos, fed, slot)`."""
+    """One draft position's head: `before_body(tokens)` as the step begins (the tokens the body is fed
+    [1, n]), then `(hidden, pos, fed, slot)` (fed: the last of them [1, 1])."""
 
     def __init__(self, calls: list, route: GraphedCall | None = None, side: SideStream | None = None):
         self.calls, self.route, self.side = calls, route, side
 
-    def before_body(self, fed: torch.Tensor) -> None:
+    def before_body(self, tokens: torch.Tensor) -> None:
+        """A router's cluster choice from the last fed token. The slice is taken only here: before the
+        body, a step's host work delays its launch (a step after a read is on the round's critical path)."""
         if self.route is not None:
             with self.side.fork():
-                self.route(fed)
+                self.route(tokens[:, -1:])
 
     def __call__(self, hidden: torch.Tensor, pos: torch.Tensor, fed: torch.Tensor, slot: int = 0):
         if self.route is not None:
