@@ -50,6 +50,22 @@ def test_graphs_are_captured_up_front(placement):
     assert (dec._target.captured, dec._body.captured, sum(h.captured for h in dec._heads)) == counts
 
 
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_phase_timing_events_are_reused_by_each_generation(placement):
+    """Every generation takes its phases' CUDA events from the start of one pool per device
+    (`PhaseClock.recycle`): a second generation of the same rounds makes none, and each generation's
+    phase times are its own (the same rounds timed twice agree within the host's noise)."""
+    dec, want = _decoder(placement)
+    first = dec.generate(PROMPT, MAX_NEW, "pipelined-deferred")
+    pools = {device: len(events) for device, events in dec.clock.event_pool.items()}
+    second = dec.generate(PROMPT, MAX_NEW, "pipelined-deferred")
+    assert first.tokens == second.tokens == want
+    assert pools and {device: len(events) for device, events in dec.clock.event_pool.items()} == pools
+    for a, b in zip(first.rounds, second.rounds):
+        assert a.phases_ms["verify"] > 0 and b.phases_ms["verify"] > 0
+        assert 0.2 < a.phases_ms["verify"] / b.phases_ms["verify"] < 5
+
+
 SAMPLING = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=3)
 
 
