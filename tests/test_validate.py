@@ -104,6 +104,7 @@ def test_one_configuration_is_drawn_as_measured_and_predicted_timelines(validate
     assert {n for _, n, *_ in measured} & {n for _, n, *_ in predicted} >= {"draft_body", "draft_head", "verify"}
     report = (validated / "report.md").read_text()
     assert all(f"`{name}`" in report for name in ("timeline-measured.json", "timeline-predicted.json", "timeline.png"))
+    assert "## A verify's turnaround (pipelined-deferred-dense-K2, its timelines)" in report
 
 
 def test_recorded_runs_predict_again_to_the_same_numbers(validated, tmp_path, capsys):

@@ -26,7 +26,8 @@ what a validation run does (default):
   results.csv, scatter.png, phases.png, traces/) appears all at once when everything succeeded.
   For one configuration (the first pipelined-deferred one, else the first speculative one) it also
   writes the first recorded generation's timeline as measured and as predicted (Chrome/Perfetto
-  traces timeline-measured.json, timeline-predicted.json) and draws both in timeline.png.
+  traces timeline-measured.json, timeline-predicted.json) and draws both in timeline.png; report.md
+  then gives a verify's turnaround in each (from a verify's end to the next draft step or verify).
 
 --trees (validate/trees.py):
   Each tree runs on the real tree decoder with ordinary and deferred and the dense head, and is predicted

@@ -72,6 +72,7 @@ from .trees import (
     tree_widths,
     validated_trees,
 )
+from .turnaround import turnaround_rows
 
 # Runs of each configuration (validate/repeats.py); --repeats 3 measures each as the median of three.
 REPEATS = 1
@@ -237,14 +238,16 @@ TIMELINE_CHOICE = (
 
 def _timeline_files(folder: Path, drawn: Config | None) -> dict:
     """The timelines written for `drawn` and, where both are there (of one configuration), timeline.png
-    drawing them."""
+    drawing them and the verify's turnaround in each (validate/turnaround.py)."""
     files = [name for name in (MEASURED_TIMELINE, PREDICTED_TIMELINE) if (folder / name).exists()]
+    turnaround = []
     if len(files) == 2:
         measured, predicted = read_timeline(folder / MEASURED_TIMELINE), read_timeline(folder / PREDICTED_TIMELINE)
         if configuration_name(measured[1]) == configuration_name(predicted[1]) == drawn.name:
             report.timeline_png(measured, predicted, folder / TIMELINE_PNG)
             files.append(TIMELINE_PNG)
-    return {"configuration": drawn.name if drawn else None, "files": files}
+            turnaround = turnaround_rows(measured[0], predicted[0])
+    return {"configuration": drawn.name if drawn else None, "files": files, "turnaround": turnaround}
 
 
 def configuration_name(timeline_meta: dict) -> str | None:

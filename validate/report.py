@@ -331,6 +331,7 @@ def markdown(results: list[Result], meta: dict) -> str:
     missed = [r for r in results if abs(r.error) > THRESHOLD]
     lines += [f"## Configurations off by more than {100 * THRESHOLD:.0f}%", ""]
     lines += [diagnosis(r) for r in missed] if missed else ["None."]
+    lines += turnaround_section(meta.get("timeline") or {})
     lines += ["", "## Phases per configuration", ""]
     for r in results:
         lines += [
@@ -366,6 +367,31 @@ def markdown(results: list[Result], meta: dict) -> str:
         + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+def turnaround_section(timeline: dict) -> list[str]:
+    """The verify's turnaround in the measured and predicted timelines of one configuration
+    (validate/turnaround.py); nothing where there are no such timelines."""
+    rows = timeline.get("turnaround") or []
+    if not rows:
+        return []
+
+    def cell(row, side):
+        value = row[f"{side}_ms"]
+        return "-" if value is None else f"{value:.3f} ({row[f'{side}_count']})"
+
+    return [
+        "",
+        f"## A verify's turnaround ({timeline['configuration']}, its timelines)",
+        "",
+        "From each verify's end to the start of the next draft step or verify, whichever comes first: the "
+        "settle, the host's read and its bookkeeping before the next launch. Median ms (how many).",
+        "",
+        *_md_table(
+            ["next work", "measured", "predicted"],
+            [[row["next"], cell(row, "measured"), cell(row, "predicted")] for row in rows],
+        ),
+    ]
 
 
 TIMELINE_FILES = {
