@@ -36,6 +36,10 @@ default all, in this order):
 - `target-width`: the same step with every target decode forward at 16 rows and 16-row int4 programs (the
   decoder of sessions 17-25), at 8 rows with 16-row programs, and at 8 rows with 8-row programs (the
   default since session 26), each with `max_abs_diff` from the first.
+- `target-ablation`: the same step with kernel classes taken out of its graph (TARGET_ABLATIONS: the
+  RMSNorms, the attention, the int4 GEMMs, or the GEMMs left as one-element launches). Its values are then
+  wrong; what it measures is each class's share of the step's critical path, its kernels' starts and drains
+  included: a bound on what fusing the class away could buy.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).
@@ -111,6 +115,7 @@ ROUTES = (
     "target-attention",
     "target-kernels",
     "target-width",
+    "target-ablation",
     "draft-attention",
     "draft-layer",
     "draft-gemv",
@@ -151,6 +156,16 @@ TARGET_WIDTHS = {
     "width 16, 16-row programs": (16, 16),
     "width 8, 16-row programs": (8, 16),
     "width 8, 8-row programs": (8, 8),
+}
+# target-ablation's settings: the kernel classes taken out of the step's graph (the values are then wrong:
+# the timings bound what fusing a class away could buy, each kernel's start and drain included)
+TARGET_ABLATIONS = {
+    "full": (),
+    "no norms": ("norms",),
+    "no attention": ("attention",),
+    "no norms, no attention": ("norms", "attention"),
+    "no GEMMs": ("gemms",),
+    "GEMMs as 1-element kernels": ("gemms", "gemm launches"),
 }
 GEMV_DRAFTS = ("qwen3-0.6b", "llama-3.2-1b")
 GEMV_ROWS = (1, 4, 16)
@@ -421,6 +436,47 @@ def target_width_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> 
         return target_step_rows("target-width", settings, device, reps, bandwidth_gbs, compare=True)
     finally:
         set_target_width(*defaults)
+
+
+def set_target_ablation(model, taken_out: tuple[str, ...]) -> None:
+    """Take TARGET_ABLATIONS' kernel classes out of the fused forward of `model` (an AWQ Qwen3 target at
+    decode widths), putting back every other: the RMSNorms (each returns its input), the attention (its
+    output is the q slice of q/k/v), the GEMMs (an empty output; with "gemm launches" a one-element fill in
+    its place, so that only the launches remain)."""
+    route, config = model.gemv_route, model.config
+    fused_ops.rms_norm, fused_ops.qkv_attention = _FUSED_DEFAULTS
+    for name in ("project", "mlp"):
+        vars(route).pop(name, None)
+    if "norms" in taken_out:
+        fused_ops.rms_norm = lambda h, weight, eps, delta=None: (h, h)
+    if "attention" in taken_out:
+        fused_ops.qkv_attention = lambda qkv, *args: qkv[:, : config.n_heads * config.head_dim]
+    if "gemms" in taken_out:
+        launches = "gemm launches" in taken_out
+
+        def empty(x, columns):
+            out = torch.empty(x.shape[0], columns, dtype=x.dtype, device=x.device)
+            if launches:
+                out[:1, :1].zero_()
+            return out
+
+        route.project = lambda layer, x: empty(x, layer.out_features)
+        route.mlp = lambda mlp, x: empty(x, config.hidden_size)
+
+
+_FUSED_DEFAULTS = (fused_ops.rms_norm, fused_ops.qkv_attention)
+
+
+def target_ablation_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """The target step under each of TARGET_ABLATIONS; every kernel put back after."""
+    settings = {
+        name: lambda model, taken_out=taken_out: set_target_ablation(model, taken_out)
+        for name, taken_out in TARGET_ABLATIONS.items()
+    }
+    try:
+        return target_step_rows("target-ablation", settings, device, reps, bandwidth_gbs)
+    finally:
+        fused_ops.rms_norm, fused_ops.qkv_attention = _FUSED_DEFAULTS
 
 
 def target_step_rows(
@@ -720,6 +776,7 @@ def main(argv=None) -> int:
             "target-attention": lambda: target_attention_rows(device, args.reps, bandwidth_gbs),
             "target-kernels": lambda: target_kernel_rows(device, args.reps, bandwidth_gbs),
             "target-width": lambda: target_width_rows(device, args.reps, bandwidth_gbs),
+            "target-ablation": lambda: target_ablation_rows(device, args.reps, bandwidth_gbs),
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),

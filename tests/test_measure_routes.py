@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from measure import routes
-from model import awq_prefill, awq_triton, decoder, fused_ops
+from model import awq_prefill, awq_triton, decoder, dense_gemv, fused_ops
 from model.presets import PRESETS
 
 
@@ -21,7 +21,8 @@ def test_routes_parse_in_their_fixed_order():
     with pytest.raises(
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, target-attention, "
-        r"target-kernels, target-width, draft-attention, draft-layer, draft-gemv, draft-persistent or all\)$",
+        r"target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, draft-persistent "
+        r"or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -30,8 +31,8 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert routes.main(["--out", str(tmp_path / "r.json"), "--routes", "fast"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, "
-        "target-attention, target-kernels, target-width, draft-attention, draft-layer, draft-gemv, draft-persistent "
-        "or all) "
+        "target-attention, target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, "
+        "draft-persistent or all) "
         "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
@@ -47,6 +48,36 @@ def test_target_width_settings_set_the_decoders_width_and_the_int4_programs_rows
     for width, rows in settings:
         routes.set_target_width(width, rows)
         assert decoder.width(6) == width and awq_triton.block_m(5) == rows and decoder.width(20) == 21
+
+
+def test_target_ablation_takes_each_class_out_and_puts_every_kernel_back(monkeypatch):
+    """target-ablation's first setting is the real step; each later one takes its classes out (a norm returns
+    its input, the attention the q slice, a GEMM an empty output with or without a one-element launch), and
+    the next setting puts every other kernel back."""
+    for name in ("rms_norm", "qkv_attention"):
+        monkeypatch.setattr(fused_ops, name, getattr(fused_ops, name))
+    config = SimpleNamespace(n_heads=2, head_dim=4, hidden_size=6)
+    model = SimpleNamespace(gemv_route=dense_gemv.Route(), config=config)
+    real = (fused_ops.rms_norm, fused_ops.qkv_attention, model.gemv_route.project, model.gemv_route.mlp)
+    assert list(routes.TARGET_ABLATIONS.values())[0] == ()
+    h, qkv = torch.randn(3, 6), torch.randn(3, 16)
+    linear = torch.nn.Linear(6, 5, bias=False)
+    for taken_out in routes.TARGET_ABLATIONS.values():
+        routes.set_target_ablation(model, taken_out)
+        route = model.gemv_route
+        assert (fused_ops.rms_norm is real[0]) == ("norms" not in taken_out)
+        if "norms" in taken_out:
+            assert all(part is h for part in fused_ops.rms_norm(h, None, 1e-6))
+        assert (fused_ops.qkv_attention is real[1]) == ("attention" not in taken_out)
+        if "attention" in taken_out:
+            assert torch.equal(fused_ops.qkv_attention(qkv, None, 0.5), qkv[:, :8])
+        assert (route.project == real[2] and route.mlp == real[3]) == ("gemms" not in taken_out)
+        if "gemms" in taken_out:
+            out = route.project(linear, h)
+            assert out.shape == (3, 5) and route.mlp(None, h).shape == (3, 6)
+            assert (out[0, 0].item() == 0) or "gemm launches" not in taken_out
+    routes.set_target_ablation(model, ())
+    assert (fused_ops.rms_norm, fused_ops.qkv_attention, model.gemv_route.project) == real[:3]
 
 
 def test_target_attention_settings_start_at_the_default_and_size_the_tickets_for_their_row_blocks(monkeypatch):
