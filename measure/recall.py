@@ -553,7 +553,9 @@ def parse_args(argv):
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the clustering (default 0)")
     p.add_argument("--per-category", type=int, default=10, help="prompts per study category (default 10)")
-    p.add_argument("--prompts-file", default=None, help="Spec-Bench question.jsonl (default: shared/data/spec_bench)")
+    p.add_argument(
+        "--prompts-file", default=None, help="Spec-Bench question.jsonl (default: the copy in model/data/spec_bench)"
+    )
     p.add_argument("--prompt-max-len", type=int, default=256, help="prompt tokens kept (default 256)")
     p.add_argument("--new-tokens", type=int, default=64, help="greedy continuation per prompt (default 64)")
     p.add_argument("--exit-layers", default="", help="early-exit depths N for the agreement table, e.g. 6,9,12,14,16")
