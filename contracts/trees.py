@@ -130,6 +130,13 @@ def check_lookahead(tree: TreeShape, option: str = "--tree") -> None:
         )
 
 
+def check_tree_devices(tree: TreeShape, two_devices: bool, option: str = "--tree") -> None:
+    """One line when a tree cannot run with the models on two devices: a dynamic tree's tables are built
+    where the draft runs and read where the target verifies (model/dynamic_tree.py)."""
+    if two_devices and tree.kind == "dynamic":
+        raise UsageError(f"{option} {tree.label}: dynamic trees run with both models on one device")
+
+
 def chain_shape(length: int) -> TreeShape:
     """A chain of `length` tokens written as a static tree (for tests and the simulator)."""
     parents = tuple(range(-1, length - 1))

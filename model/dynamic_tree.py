@@ -20,8 +20,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from contracts import UsageError
-from contracts.trees import TreeShape
+from contracts.trees import TreeShape, check_tree_devices
 from model.graphs import GraphedCall
 from model.heads import ShortlistHead, heads_by_position
 from model.tree_lookahead import TreeLookahead
@@ -44,8 +43,7 @@ class DynamicTreeRounds(TreeRounds):
 
     def __init__(self, dec, tree: TreeShape, graphs: bool):
         M, N, D = tree.top_m, tree.node_budget, tree.depth_budget
-        if dec.draft_device != dec.target_device:
-            raise UsageError(f"--tree {tree.label}: dynamic trees run with both models on one device")
+        check_tree_devices(tree, dec.draft_device != dec.target_device)
         self.dec, self.tree = dec, tree
         self.nodes, self.depth, self.top_m = N, D, M
         device = dec.target_device

@@ -9,7 +9,7 @@ import torch
 
 from contracts import UsageError
 from contracts.trace import check_trace_line
-from contracts.trees import TREE_SCHEDULES, node_depths, parse_tree
+from contracts.trees import TREE_SCHEDULES, check_tree_devices, node_depths, parse_tree
 from model import fused_ops, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
@@ -336,6 +336,15 @@ def test_fused_tree_forward_matches_the_torch_path():
     pos = torch.arange(words.numel())
     want, got = reference.forward_hidden(tokens, pos, tree), fused.forward_hidden(tokens, pos, tree)
     assert (want - got).abs().max() < 1e-4 * want.abs().max()
+
+
+def test_a_dynamic_tree_on_two_devices_is_refused_in_one_line():
+    """Its tables are built where the draft runs and read where the target verifies: the command line and the
+    validation refuse it before loading anything, the decoder again."""
+    with pytest.raises(UsageError, match=r"^--trees dynamic:2,7,3: dynamic trees run with both models on one device$"):
+        check_tree_devices(parse_tree("dynamic:2,7,3"), two_devices=True, option="--trees")
+    check_tree_devices(parse_tree("dynamic:2,7,3"), two_devices=False)
+    check_tree_devices(parse_tree("2x2x1"), two_devices=True)
 
 
 def test_trees_on_a_gpu_below_float32_need_the_fused_kernels():

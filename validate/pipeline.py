@@ -20,7 +20,7 @@ from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
-from contracts.trees import parse_tree
+from contracts.trees import check_tree_devices, parse_tree, parse_trees
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.cli import sampling_settings
@@ -137,6 +137,8 @@ def run(args) -> Path:
     configs = matrix(schedules, heads, ks, trees)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)
+    for tree in parse_trees("+".join(trees)):
+        check_tree_devices(tree, placement == "two-gpu", "--trees")
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
     repeats = checked_repeats(args.repeats, REPEATS)
