@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
-from contracts.trees import CHAIN, TreeShape
+from contracts.trees import CHAIN, TreeShape, check_tree_devices
 from model import sampling, schedules
 from model.draft_q_triton import DraftQ
 from model.dynamic_tree import DynamicTreeRounds
@@ -422,6 +422,7 @@ class Decoder:
         self.target_device = target.head_weight.device
         check_tree_precision(tree, self.target_device.type, target.head_weight.dtype, target.kernels)
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
+        check_tree_devices(tree, self.draft_device != self.target_device)
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling
         self.verifier = None if sampling.greedy else BlockVerifier(self.target_device)

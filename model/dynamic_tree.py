@@ -20,7 +20,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from contracts.trees import TreeShape, check_tree_devices
+from contracts.trees import TreeShape
 from model.graphs import GraphedCall
 from model.heads import ShortlistHead, heads_by_position
 from model.tree_lookahead import TreeLookahead
@@ -39,11 +39,11 @@ def scored_children(head, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, t
 
 class DynamicTreeRounds(TreeRounds):
     """Tree rounds whose tree the draft's probabilities choose each round (one device only: the
-    round's tables are built where the draft runs and read where the target verifies)."""
+    round's tables are built where the draft runs and read where the target verifies; the decoder
+    refuses two, contracts.trees.check_tree_devices)."""
 
     def __init__(self, dec, tree: TreeShape, graphs: bool):
         M, N, D = tree.top_m, tree.node_budget, tree.depth_budget
-        check_tree_devices(tree, dec.draft_device != dec.target_device)
         self.dec, self.tree = dec, tree
         self.nodes, self.depth, self.top_m = N, D, M
         device = dec.target_device
