@@ -454,14 +454,14 @@ def set_target_ablation(model, taken_out: tuple[str, ...]) -> None:
     if "gemms" in taken_out:
         launches = "gemm launches" in taken_out
 
-        def empty(x, columns):
+        def empty(x, columns, gemms=1):
             out = torch.empty(x.shape[0], columns, dtype=x.dtype, device=x.device)
-            if launches:
-                out[:1, :1].zero_()
+            for column in range(gemms if launches else 0):
+                out[:1, column : column + 1].fill_(1.0)  # one-element kernel
             return out
 
         route.project = lambda layer, x: empty(x, layer.out_features)
-        route.mlp = lambda mlp, x: empty(x, config.hidden_size)
+        route.mlp = lambda mlp, x: empty(x, config.hidden_size, gemms=2)  # gate/up, then down
 
 
 _FUSED_DEFAULTS = (fused_ops.rms_norm, fused_ops.qkv_attention)
