@@ -59,6 +59,10 @@ default all, in this order):
   the body), against the floor, each with the largest difference of its hidden state from the fused
   kernels' at the same step (`max_abs_diff`, bfloat16 rounding apart) and, for the persistent kernel,
   its phases' times from one traced step (`phases_us`).
+- `draft-chain`: a round's CHAIN_STEPS draft steps (the decoder's draft: persistent body, dense head), each
+  fed the token the last one proposed, at contexts 300 and 4,000, replayed as a graph per body and per head
+  (as the decoder's proposals run), as a graph per step, and as one graph for the round: the whole and a
+  step's time (`step_ms`) against a step's floor.
 Needs a CUDA GPU with room for the AWQ Qwen3-32B with its repacked planes (about 40 GB) and triton.
 Writes --out (JSON): `env`, `routes` and `rows`, each with route, setting, shape or context, the timing, and
 `tflops` or `floor_ms` where they apply.
@@ -120,6 +124,7 @@ ROUTES = (
     "draft-layer",
     "draft-gemv",
     "draft-persistent",
+    "draft-chain",
 )
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
@@ -183,6 +188,9 @@ GEMV_LAUNCHES = [  # each with every split of 1, 2, 4, 8 that divides the steps 
     )
 ]
 GEMV_SPLITS = (1, 2, 4, 8)
+CHAIN_STEPS = 6  # draft-chain: the draft steps of a round (the validations' K)
+# draft-chain's settings: the graphs a round's draft steps replay
+CHAIN_GRAPHS = ("a graph per body and per head", "a graph per step", "one graph for the round")
 L2_OVERFLOW_BYTES = 256 * 2**20  # a timing reads this much weight (distinct copies), several times an H200's L2
 
 
@@ -548,6 +556,59 @@ def draft_persistent_rows(device: torch.device, reps: int, bandwidth_gbs: float)
     return draft_step_rows("draft-persistent", settings, device, reps, bandwidth_gbs, compare=True, details=phases)
 
 
+def chained_steps(setting: str, model, head: DenseHead, steps: int) -> Callable:
+    """`steps` draft steps from (token [1, 1], position [1]), each fed the token the last one proposed, in the
+    graphs of `setting` (one of CHAIN_GRAPHS; the decoder's proposal replays the first): the proposals [steps]."""
+
+    def body(tokens, position):
+        return model.forward_hidden(tokens, position)[0, -1:], position + 1
+
+    def step(tokens, position):
+        hidden, position = body(tokens, position)
+        return head.argmax(hidden).view(1, 1), position
+
+    def steps_of(one_step):
+        def chain(tokens, position):
+            proposals = []
+            for _ in range(steps):
+                tokens, position = one_step(tokens, position)
+                proposals.append(tokens)
+            return torch.cat(proposals).view(-1)
+
+        return chain
+
+    if setting == CHAIN_GRAPHS[0]:
+        body_graph, head_graph = GraphedCall(body), GraphedCall(head.argmax)
+
+        def graphed_step(tokens, position):
+            hidden, position = body_graph(tokens, position)
+            return head_graph(hidden).view(1, 1), position
+
+        return steps_of(graphed_step)
+    if setting == CHAIN_GRAPHS[1]:
+        return steps_of(GraphedCall(step))
+    return GraphedCall(steps_of(step))
+
+
+def draft_chain_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
+    """A round's CHAIN_STEPS draft steps (the decoder's draft: persistent body, dense head) at contexts CONTEXT
+    and LONG_CONTEXT in each of CHAIN_GRAPHS, the time a step against its floor: what replaying a round's steps
+    as fewer graphs would buy (issue 23's third route for the draft step)."""
+    model = load_draft_long(device)
+    head = DenseHead(model.head_weight)
+    rows = []
+    for context in (CONTEXT, LONG_CONTEXT):
+        inputs = [(torch.tensor([[t]], device=device), torch.tensor([context], device=device)) for t in STEP_TOKENS]
+        kv_bytes = kv_cache_bytes(model.config, context + CHAIN_STEPS // 2, model.head_weight.element_size())
+        floor = floor_ms(model.body_parameters_bytes() + head.bytes_per_call() + kv_bytes, bandwidth_gbs)
+        for setting in CHAIN_GRAPHS:
+            timing = time_op(chained_steps(setting, model, head, CHAIN_STEPS), inputs, device, reps=reps)
+            step_ms = {key: timing[key] / CHAIN_STEPS for key in ("median_ms", "p10_ms", "p90_ms")}
+            row = {"route": "draft-chain", "setting": setting, "context": context, "steps": CHAIN_STEPS}
+            rows.append({**row, **timing, "step_ms": step_ms, "floor_ms": floor})
+    return rows
+
+
 def draft_step_rows(
     route: str,
     settings: dict,
@@ -740,7 +801,10 @@ def format_row(row: dict) -> str:
         extra += f" ({row['share_of_bandwidth']:.0%} of copy)"
     if "share_of_peak" in row:
         extra += f" ({row['share_of_peak']:.0%} of peak)"
-    if "floor_ms" in row:
+    if "step_ms" in row:  # a round of draft steps: a step's time against a step's floor
+        step = row["step_ms"]["median_ms"]
+        extra += f", a step {step:.3f} ms, floor {row['floor_ms']:.3f} ms ({row['floor_ms'] / step:.0%} of bandwidth)"
+    elif "floor_ms" in row:
         extra += f", floor {row['floor_ms']:.3f} ms ({row['floor_ms'] / row['median_ms']:.0%} of bandwidth)"
     if "kernels_per_step" in row:
         extra += f", {row['kernels_per_step']} kernels a step ({row['layers']} layers)"
@@ -780,6 +844,7 @@ def main(argv=None) -> int:
             "draft-attention": lambda: draft_attention_rows(device, args.reps, bandwidth_gbs),
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),
+            "draft-chain": lambda: draft_chain_rows(device, args.reps, bandwidth_gbs),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

@@ -9,6 +9,8 @@ import torch
 
 from measure import routes
 from model import awq_prefill, awq_triton, decoder, dense_gemv, fused_ops
+from model.heads import DenseHead
+from model.loading import load_model
 from model.presets import PRESETS
 
 
@@ -21,8 +23,8 @@ def test_routes_parse_in_their_fixed_order():
     with pytest.raises(
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, target-attention, "
-        r"target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, draft-persistent "
-        r"or all\)$",
+        r"target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, draft-persistent, "
+        r"draft-chain or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -32,7 +34,7 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, "
         "target-attention, target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, "
-        "draft-persistent or all) "
+        "draft-persistent, draft-chain or all) "
         "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []
@@ -79,6 +81,23 @@ def test_target_ablation_takes_each_class_out_and_puts_every_kernel_back(monkeyp
                 assert out[0, 0] == 1 and (mlp_out[0, :2] == 1).all()
     routes.set_target_ablation(model, ())
     assert (fused_ops.rms_norm, fused_ops.qkv_attention, model.gemv_route.project) == real[:3]
+
+
+def test_a_rounds_chained_draft_steps_propose_alike_in_every_graph_setting():
+    """draft-chain times one computation three ways: each step fed the token the last one proposed, at the next
+    position, whichever graphs replay it (on the CPU a graph is the plain call)."""
+    model = load_model("tiny-qwen3-draft", "cpu", None, seed=2, max_seq_len=64).model
+    # a head of its own: the tiny draft's tied head proposes the token it was fed
+    head = DenseHead(torch.randn(model.head_weight.shape, generator=torch.Generator().manual_seed(0)))
+    start = (torch.tensor([[5]]), torch.tensor([10]))
+    tokens, position, want = start[0], start[1], []
+    for _ in range(4):
+        tokens = head.argmax(model.forward_hidden(tokens, position)[0, -1:]).view(1, 1)
+        position = position + 1
+        want.append(tokens.item())
+    for setting in routes.CHAIN_GRAPHS:
+        assert routes.chained_steps(setting, model, head, 4)(*start).tolist() == want, setting
+    assert len(set(want)) > 1  # the steps did not all propose one token
 
 
 def test_target_attention_settings_start_at_the_default_and_size_the_tickets_for_their_row_blocks(monkeypatch):
