@@ -38,16 +38,17 @@ TREE_HEADS = ("dense", "flashhead", "shortlist")  # the heads that rank a node's
 SLOT_AXIS = 4  # of Transformer.kv_caches [layers, K/V, 1, kv heads, slots, head_dim]
 
 
-def check_tree(tree: TreeShape, schedules=(), head_kind: str = "dense", alone: bool = True):
+def check_tree(tree: TreeShape, schedules=(), head_kind: str = "dense", alone: bool = True, option: str = "--tree"):
     """One line for every combination a tree cannot run with, before any work starts. `head_kind`: the
-    draft head's kind (contracts.heads); `alone`: the draft model drafts alone (no policy, no tpN)."""
+    draft head's kind (contracts.heads); `alone`: the draft model drafts alone (no policy, no tpN);
+    `option`: the command line option that named the tree."""
     if tree.kind == "chain":
         return
-    label = f"--tree {tree.label}"
+    label = f"{option} {tree.label}"
     if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > 64:
         raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most 64")
     if "pipelined-deferred" in schedules:
-        check_lookahead(tree)
+        check_lookahead(tree, option)
     if not alone:
         raise UsageError(f"{label}: trees run with the draft model on one or two devices (no policy, drafter or tpN)")
     if head_kind not in TREE_HEADS:

@@ -166,6 +166,33 @@ def test_a_profile_that_cannot_cost_a_trees_verify_is_refused_before_any_run(tmp
     assert "--tree-widths 1,2,4,10,11" in err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    "trees, schedules, message",
+    [
+        ("dynamic:9,64,9", "deferred", "--trees dynamic:9,64,9: a dynamic tree feeds (D - 1) x M nodes to the draft"),
+        ("2x2x1+2x1", "ordinary,deferred", None),
+    ],
+)
+def test_a_tree_no_decoder_can_run_is_refused_before_the_profile_is_measured(
+    tmp_path, capsys, monkeypatch, trees, schedules, message
+):
+    """With --measure a tree the decoders refuse would cost a whole profile first: refused before it, in one
+    line (a tree that runs reaches the measurement, which this test stops)."""
+
+    def measured(*args, **kwargs):
+        raise RuntimeError("the profile's measurement started")
+
+    monkeypatch.setattr("validate.pipeline.measure_profile", measured)
+    out = tmp_path / "report"
+    argv = [*TINY, "--measure", "--trees", trees, "--schedules", schedules, "--out", str(out)]
+    if message is None:
+        with pytest.raises(RuntimeError, match="measurement started"):
+            main(argv)
+        return
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}, at most 64"] and not out.exists()
+
+
 def test_the_simulator_answers_a_tree_under_control_without_a_trees_section(tmp_path):
     """`--acceptance a=A` with a tree: the control's rule sets its acceptance (2x1 at a = 0.5 accepts depth 1
     at 0.75 and depth 2 at 0.75 x 0.5, 1.125 a round before the generations' ends cut it), no trees section."""

@@ -27,6 +27,7 @@ from model.cli import sampling_settings
 from model.pair import resolve_placement
 from model.prompts import select_prompts
 from model.trace import timeline_meta
+from model.tree_rounds import check_tree
 from sim import tensor_parallel
 from sim.profile import load_profile
 from sim.sampled_trees import drafts_sample
@@ -137,7 +138,8 @@ def run(args) -> Path:
     configs = matrix(schedules, heads, ks, trees)
     placement, target_device, _ = resolve_placement(args.placement)
     refuse_tensor_parallel(placement)
-    for tree in parse_trees("+".join(trees)):
+    for tree in parse_trees("+".join(trees)):  # the decoders check again, after the models load
+        check_tree(tree, schedules, "dense", option="--trees")
         check_tree_devices(tree, placement == "two-gpu", "--trees")
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
