@@ -90,19 +90,24 @@ def read_text(path: str | Path, what: str) -> str:
         raise UsageError(f"{what} {path} is not UTF-8 text") from None
 
 
-def check_output_folder(out: Path, option: str) -> None:
-    """An output folder can be made or written: not an existing file, and its nearest existing parent
-    writable. Checked before any work, so that a run never fails at its end for want of a place."""
+def check_output_folder(out: Path, option: str, named: Path | None = None) -> None:
+    """An output folder can be made or written: not an existing file, and a folder can be made in its
+    nearest existing parent (tried, then removed: permission bits do not tell root, a read-only mount or a
+    system folder such as /proc). Checked before any work, so that a run never fails at its end for want
+    of a place. `named`: what the option named, when `out` is the folder of a file."""
     from contracts.cli import UsageError
 
     out = Path(out)
+    named = out if named is None else named
     if out.exists() and not out.is_dir():
         raise UsageError(f"{option} {out} exists and is not a folder")
     parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
     if not parent.is_dir():
-        raise UsageError(f"{option} {out}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {out}: {parent} is not writable")
+        raise UsageError(f"{option} {named}: {parent} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".write-check-"))
+    except OSError as error:
+        raise UsageError(f"{option} {named}: {parent} is not writable ({error.strerror})") from None
 
 
 def check_output_file(path: Path, option: str, what: str = "file") -> None:
@@ -112,4 +117,4 @@ def check_output_file(path: Path, option: str, what: str = "file") -> None:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{option} {path} is a folder; give the name of the {what} to write")
-    check_output_folder(path.parent, option)
+    check_output_folder(path.parent, option, named=path)

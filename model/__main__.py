@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contracts import PLACEMENTS, SCHEDULES, UsageError
 from contracts.cli import OneLineParser, parse_choices, require_modules
-from contracts.files import check_output_file, staged
+from contracts.files import check_output_file, check_output_folder, staged
 from contracts.heads import HEAD_FORMS, check_assets, parse_head
 from contracts.names import DRAFTERS, POLICIES, POLICY_SCHEDULES
 from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_policy
@@ -193,8 +193,8 @@ def run(args) -> int:
     if args.acceptance:
         check_spec(args.acceptance, settings.greedy, parse_tree(args.tree).kind == "chain")
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder")
+    if out is not None:
+        check_output_folder(out, "--out")
     if args.timeline:
         if args.phases == "off":
             raise UsageError("--timeline needs the phase times (--phases on)")

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -162,6 +163,10 @@ def test_output_path_problems_are_found_before_the_run(tmp_path, capsys):
             assert "is not writable" in captured.err and captured.out == ""
     finally:
         locked.chmod(0o700)
+    if Path("/proc/self").is_dir():  # a folder no one may make folders in, root included (Linux)
+        assert main(["--no-ceiling", "--out", "/proc/specloop-out"]) == 2
+        captured = capsys.readouterr()
+        assert "/proc is not writable" in captured.err and captured.out == ""
 
 
 def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch, capsys):
