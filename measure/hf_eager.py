@@ -2,22 +2,29 @@
 
     python -m measure.hf_eager --model qwen3-0.6b --device cuda:1 --out hf.json
 
-Random weights (synthetic, like our presets: timing depends on shapes, not values). One forward of
-n new tokens after a prefilled context, the way `generate` runs a decode step; medians of CUDA-event
-times. This is the figure our own decoder's costs are compared against in reports/.
+Weights are SYNTHETIC (random values, like our presets: timing depends on shapes, not values). One
+forward of n new tokens after a prefilled context, the way `generate` runs a decode step; medians of
+CUDA-event times (measure/timing.py) on a CUDA GPU. This is the figure our own decoder's costs are
+compared against in reports/. --model names a bf16 Qwen3 preset (repeatable; default the draft's,
+qwen3-0.6b); the models are measured one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 
+from contracts import UsageError
+from model.cli import run_torch_command
 from model.presets import PRESETS
 
-from .timing import time_op
+from .timing import at_least_one, gpu_command_parser, start_gpu_command, time_op, write_result
+
+COMMAND = "python -m measure.hf_eager"
+MODELS = tuple(name for name, config in PRESETS.items() if config.arch == "qwen3" and not config.quant)
+MAX_POSITIONS = 4096  # the configs' max_position_embeddings: the context and the new tokens must fit
 
 
 def hf_config(name: str):
@@ -25,8 +32,6 @@ def hf_config(name: str):
     from transformers import Qwen3Config
 
     c = PRESETS[name]
-    if c.arch != "qwen3" or c.quant:
-        raise SystemExit(f"error: hf_eager covers bf16 Qwen3 presets, not {name}")
     return Qwen3Config(
         vocab_size=c.vocab_size,
         hidden_size=c.hidden_size,
@@ -38,7 +43,7 @@ def hf_config(name: str):
         rope_theta=c.rope_theta,
         rms_norm_eps=c.rms_norm_eps,
         tie_word_embeddings=c.tie_word_embeddings,
-        max_position_embeddings=4096,
+        max_position_embeddings=MAX_POSITIONS,
     )
 
 
@@ -47,7 +52,7 @@ def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], contex
     from transformers import AutoModelForCausalLM, DynamicCache
 
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(hf_config(name), torch_dtype=torch.bfloat16).eval()
+        model = AutoModelForCausalLM.from_config(hf_config(name), dtype=torch.bfloat16).eval()
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
     results = {}
     for n in n_tokens:
@@ -57,41 +62,50 @@ def time_hf_forward(name: str, device: torch.device, n_tokens: list[int], contex
             model(prompt, past_key_values=caches[-1], use_cache=True)
         new = torch.randint(0, model.config.vocab_size, (1, n), device=device)
 
-        def decode(cache, new=new):
+        def decode(cache, new=new, n=n):
             out = model(new, past_key_values=cache, use_cache=True)
-            cache.crop(context)
+            cache.crop(-n)  # the n tokens this forward added
             return out.logits[:, -1].argmax(-1)
 
         results[n] = time_op(decode, [(c,) for c in caches], device, reps=reps, warmup=3)
     return {"model": name, "weights": "synthetic", "context": context, "forward_ms": results}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m measure.hf_eager", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def token_counts(text: str) -> list[int]:
+    """--n-tokens: new tokens per forward, comma-separated integers >= 1."""
+    return [at_least_one(piece) for piece in text.split(",")]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = gpu_command_parser(COMMAND, __doc__, 10, "timed repetitions per forward")
+    p.add_argument(
+        "--model", action="append", choices=MODELS, help="a bf16 Qwen3 preset (repeatable; default qwen3-0.6b)"
     )
-    p.add_argument("--model", action="append", required=True, help="bf16 Qwen3 preset (repeatable)")
-    p.add_argument("--device", default="cuda:0")
-    p.add_argument("--n-tokens", default="1,6,7,8", help="new tokens per forward")
-    p.add_argument("--context", type=int, default=512)
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        print("error: no GPU: the Hugging Face eager reference is measured on CUDA", file=sys.stderr)
-        return 2
-    n_tokens = [int(x) for x in args.n_tokens.split(",")]
-    data = []
-    for name in args.model:  # one model on the GPU at a time
-        data.append(time_hf_forward(name, device, n_tokens, args.context, args.reps))
-        torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "runs": data}, f, indent=1)
-    for run in data:
-        for n, t in run["forward_ms"].items():
-            print(f"{run['model']} n={n}: {t['median_ms']:.3f} ms [{t['p10_ms']:.3f}, {t['p90_ms']:.3f}]")
-    return 0
+    p.add_argument(
+        "--n-tokens", type=token_counts, default=[1, 6, 7, 8], help="new tokens per forward (default 1,6,7,8)"
+    )
+    p.add_argument("--context", type=at_least_one, default=512, help="prefilled context tokens (default 512)")
+    return p
+
+
+def main(argv=None) -> int:
+    def body():
+        args = parser().parse_args(argv)
+        if args.context + max(args.n_tokens) > MAX_POSITIONS:
+            raise UsageError(
+                f"--context {args.context} plus {max(args.n_tokens)} new tokens exceed {MAX_POSITIONS} positions"
+            )
+        out, device = start_gpu_command(COMMAND, args, modules=("transformers",))
+        data = []
+        for name in args.model or ["qwen3-0.6b"]:  # one model on the GPU at a time
+            data.append(time_hf_forward(name, device, args.n_tokens, args.context, args.reps))
+            torch.cuda.empty_cache()
+        write_result(out, {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "runs": data})
+        for run in data:
+            for n, t in run["forward_ms"].items():
+                print(f"{run['model']} n={n}: {t['median_ms']:.3f} ms [{t['p10_ms']:.3f}, {t['p90_ms']:.3f}]")
+
+    return run_torch_command(body)
 
 
 if __name__ == "__main__":

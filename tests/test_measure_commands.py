@@ -12,7 +12,17 @@ import pytest
 import torch
 
 from contracts import UsageError
-from measure import awq_sweep, device_copies, head_speed, routes, speed, speed_file, step_kernels, verify_speed
+from measure import (
+    awq_sweep,
+    device_copies,
+    head_speed,
+    hf_eager,
+    routes,
+    speed,
+    speed_file,
+    step_kernels,
+    verify_speed,
+)
 from measure.timing import check_out, environment_header, floor_ms, require_cuda, spread, summarize
 from model import flashhead_triton
 from model.flashhead import build_clustering
@@ -32,6 +42,7 @@ COMMANDS = [
     (routes, "python -m measure.routes", ["awq-gemm", "awq-prefill", "draft-attention", "--routes"]),
     (step_kernels, "python -m measure.step_kernels", ["kernel by kernel", "span", "busy", "SPECLOOP_OVERLAP=0"]),
     (device_copies, "python -m measure.device_copies", ["peer", "pinned host", "two CUDA GPUs", "hand-over"]),
+    (hf_eager, "python -m measure.hf_eager", ["Hugging Face", "DynamicCache", "--model", "--n-tokens"]),
 ]
 IDS = [command for _, command, _ in COMMANDS]
 
@@ -388,3 +399,21 @@ def test_device_copies_rows_print_their_table_mode_and_hand_over():
     assert " ".join(device_copies.format_row(hop).split()) == (
         "hop pinned relay 20 hops 0.300 ms [p10 0.140, p90 0.460], a hand-over 0.011 ms"
     )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "qwen3-32b-awq"], "argument --model: invalid choice: 'qwen3-32b-awq'"),
+        (["--n-tokens", "1,x"], "argument --n-tokens: expected an integer, got 'x'"),
+        (["--n-tokens", "0"], "argument --n-tokens: must be at least 1, got 0"),
+        (["--context", "4090", "--n-tokens", "1,8"], "--context 4090 plus 8 new tokens exceed 4096 positions"),
+    ],
+)
+def test_the_hugging_face_reference_refuses_what_it_cannot_measure(argv, message, tmp_path, capsys):
+    """Presets it cannot build (quantized, other architectures), token counts and contexts past its positions:
+    one line, before any GPU is asked for."""
+    assert hf_eager.main(["--out", str(tmp_path / "hf.json"), *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    assert list(tmp_path.iterdir()) == []
