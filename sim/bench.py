@@ -15,8 +15,11 @@ import platform
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from contracts import SCHEDULES
+from contracts.cli import OneLineParser, run_command
+from contracts.files import check_output_file, write_atomic
 
 from .acceptance import Generation, IIDAcceptance
 from .profile import load_profile
@@ -35,11 +38,17 @@ def _best_of(fn, repeats: int = 3):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    return run_command(lambda: _bench(argv))
+
+
+def _bench(argv) -> int:
+    parser = OneLineParser(
         prog="python -m sim.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default=None, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
+    if args.out:
+        check_output_file(Path(args.out), "--out", "Markdown file")
     profile = load_profile("study")
     costs = profile.costs[profile.default_regime]
     generations = [Generation(str(i), 128, 63) for i in range(560)]
@@ -72,8 +81,7 @@ def main(argv=None) -> int:
     text = header + "\n" + "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        write_atomic(args.out, text)
     return 0
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from contracts.cli import OneLineParser, run_command
+from contracts.files import check_output_file
 from contracts.profile import PROFILE_SCHEMA, read_profile, write_profile
 
 from .derive_study import DATA, agreement
@@ -41,12 +43,17 @@ def default_profile(measured: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    return run_command(lambda: _derive(argv))
+
+
+def _derive(argv) -> int:
+    parser = OneLineParser(
         prog="python -m sim.derive_default", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--measured", default=str(MEASURED), help=f"the measured profile (default {MEASURED})")
     parser.add_argument("--out", default=str(DATA / "default_profile.json"), help="where to write the default profile")
     args = parser.parse_args(argv)
+    check_output_file(Path(args.out), "--out", "profile")
     write_profile(args.out, default_profile(read_profile(args.measured)))
     print(f"wrote {args.out}")
     return 0

@@ -16,6 +16,8 @@ import math
 import random
 from pathlib import Path
 
+from contracts.cli import OneLineParser, run_command
+from contracts.files import check_output_folder
 from contracts.profile import PROFILE_SCHEMA, write_profile
 from contracts.trace import TRACE_SCHEMA, write_trace
 
@@ -205,11 +207,17 @@ def profile(trace: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    return run_command(lambda: _derive(argv))
+
+
+def _derive(argv) -> int:
+    parser = OneLineParser(
         prog="python -m sim.derive_study", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out-dir", default=str(DATA), help=f"folder for the two files (default {DATA})")
     out = Path(parser.parse_args(argv).out_dir)
+    check_output_folder(out, "--out-dir")
+    out.mkdir(parents=True, exist_ok=True)
     trace = table4_7_trace()
     write_trace(out / "study_trace.jsonl", trace)
     write_profile(out / "study_profile.json", profile(trace))

@@ -7,7 +7,10 @@ Which published numbers were inputs to the profile (so agree by construction) is
 
 from __future__ import annotations
 
-import argparse
+from pathlib import Path
+
+from contracts.cli import OneLineParser, run_command
+from contracts.files import check_output_file, write_atomic
 
 from .acceptance import EmpiricalLengths, Generation, IIDAcceptance
 from .profile import load_profile
@@ -221,9 +224,15 @@ def diagnosis(profile):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.study_replay", description=__doc__)
+    return run_command(lambda: _replay(argv))
+
+
+def _replay(argv) -> int:
+    parser = OneLineParser(prog="python -m sim.study_replay", description=__doc__)
     parser.add_argument("--out", default=None, help="write the Markdown report here")
     args = parser.parse_args(argv)
+    if args.out:
+        check_output_file(Path(args.out), "--out", "Markdown file")
     profile = load_profile("study")
     costs = profile.costs[profile.default_regime]
     text = "\n".join(
@@ -242,8 +251,7 @@ def main(argv=None) -> int:
     )
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_atomic(args.out, text + "\n")
     return 0
 
 

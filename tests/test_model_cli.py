@@ -4,11 +4,13 @@ summaries that pass the contract's checks and that the simulator replays round f
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from contracts.trace import read_summary, read_trace
+from model import gemma_gguf
 from model.__main__ import main
 from model.config import ModelConfig
 from model.transformer import Transformer
@@ -193,3 +195,19 @@ def test_flashhead_run_into_an_existing_folder(tmp_path, capsys):
     assert read_summary(out / "deferred.summary.json")["config"]["probes"] == 4
     assert {line["probes"] for line in read_trace(out / "ordinary.trace.jsonl")} == {4}
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--bogus"], "error: unrecognized arguments: --bogus (see python -m model.gemma_gguf --help)"),
+        (["--folder", "/proc/specloop/gemma"], "error: --folder /proc/specloop/gemma: /proc is not writable"),
+    ],
+)
+def test_the_gemma_conversion_refuses_bad_input_in_one_line(argv, message, capsys):
+    """Before looking for the package or converting anything (the folder: a place no one may make folders)."""
+    if "/proc" in argv[-1] and not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc (Linux)")
+    assert gemma_gguf.main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message)
