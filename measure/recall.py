@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.files import check_output_file, read_json, write_atomic
+from contracts.files import check_output_file, check_output_folder, read_json, write_atomic
 from contracts.profile import check_profile
 from contracts.progress import each
+from measure.timing import at_least_one
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
@@ -546,21 +547,31 @@ def parse_args(argv):
     )
     p.add_argument("--model", required=True, help="checkpoint folder (e.g. the converted Gemma 3 270M)")
     p.add_argument(
-        "--clusters", type=int, default=None, help="FlashHead clusters c (default V/16); the cluster size is V/c"
+        "--clusters",
+        type=at_least_one,
+        default=None,
+        help="FlashHead clusters c (default V/16); the cluster size is V/c",
     )
     p.add_argument(
-        "--iters", type=int, default=4, help="balanced k-means iterations when the clustering is built (default 4)"
+        "--iters",
+        type=at_least_one,
+        default=4,
+        help="balanced k-means iterations when the clustering is built (default 4)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the clustering (default 0)")
-    p.add_argument("--per-category", type=int, default=10, help="prompts per study category (default 10)")
+    p.add_argument("--per-category", type=at_least_one, default=10, help="prompts per study category (default 10)")
     p.add_argument(
         "--prompts-file", default=None, help="Spec-Bench question.jsonl (default: the copy in model/data/spec_bench)"
     )
-    p.add_argument("--prompt-max-len", type=int, default=256, help="prompt tokens kept (default 256)")
-    p.add_argument("--new-tokens", type=int, default=64, help="greedy continuation per prompt (default 64)")
-    p.add_argument("--exit-layers", default="", help="early-exit depths N for the agreement table, e.g. 6,9,12,14,16")
-    p.add_argument("--draft-layers", type=int, default=None, help="also measure r(p) on the N-layer early-exit states")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--prompt-max-len", type=at_least_one, default=256, help="prompt tokens kept (default 256)")
+    p.add_argument("--new-tokens", type=at_least_one, default=64, help="greedy continuation per prompt (default 64)")
+    p.add_argument(
+        "--exit-layers", type=layer_counts, default=[], help="early-exit depths N for the agreement table, e.g. 6,9,12"
+    )
+    p.add_argument(
+        "--draft-layers", type=at_least_one, default=None, help="also measure r(p) on the N-layer early-exit states"
+    )
+    p.add_argument("--threads", type=at_least_one, default=2, help="torch CPU threads (default 2)")
     p.add_argument(
         "--sim-agreement", default=None, metavar="PATH", help="also write the compact r(p) curve (for sim/data)"
     )
@@ -568,13 +579,18 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def layer_counts(text: str) -> list[int]:
+    """--exit-layers: comma-separated layer counts >= 1 (empty: none)."""
+    return [at_least_one(piece) for piece in text.split(",") if piece.strip()]
+
+
 def run(args) -> list[Path]:
+    check_output_folder(Path(args.out), "--out")
+    if args.sim_agreement:
+        check_output_file(Path(args.sim_agreement), "--sim-agreement")
     torch.set_num_threads(args.threads)
     folder = Path(args.model).expanduser()
-    exit_layers = sorted(
-        {int(v) for v in args.exit_layers.split(",") if v.strip()}
-        | ({args.draft_layers} if args.draft_layers else set())
-    )
+    exit_layers = sorted(set(args.exit_layers) | ({args.draft_layers} if args.draft_layers else set()))
     loaded = load_model(str(folder), "cpu", "float32", max_seq_len=1)
     weight = loaded.model.head_weight
     vocab = weight.shape[0]

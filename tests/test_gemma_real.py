@@ -1,11 +1,14 @@
 """Early-exit drafts (tiny presets, always run), the recall arithmetic, and Gemma 3 270M on real
 weights (skipped unless the optional package is installed: CI does not install it)."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from contracts import UsageError
 from measure.recall import STUDY_CATEGORIES, margin_policy, rank_states, study_category, study_prompts, window_policy
+from measure.recall import main as recall_main
 from model import gemma_gguf
 from model.decoder import Decoder
 from model.early_exit import early_exit, split_spec
@@ -89,6 +92,31 @@ def test_adaptive_policies():
     assert margin_policy(top, 1, 64, threshold=1.0).tolist() == [1, 64]
     assert window_policy(top, delta=0.5, least=1, most=4).tolist() == [1, 3]
     assert window_policy(top, delta=0.5, least=2, most=2).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--out", "/proc/specloop/recall"], "error: --out /proc/specloop/recall: /proc is not writable"),
+        (["--sim-agreement", "/proc/a.json"], "error: --sim-agreement /proc/a.json: /proc is not writable"),
+        (["--threads", "0"], "error: argument --threads: must be at least 1, got 0"),
+        (["--exit-layers", "6,x"], "error: argument --exit-layers: expected an integer, got 'x'"),
+        (["--new-tokens", "-1"], "error: argument --new-tokens: must be at least 1, got -1"),
+    ],
+)
+def test_recall_refuses_bad_input_before_loading_anything(argv, message, tmp_path, capsys):
+    """A missing model is not what stops these: every check comes before the model is read."""
+    if "/proc" in " ".join(argv) and not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc (Linux)")
+    args = [
+        "--model",
+        str(tmp_path / "no-model"),
+        *(["--out", str(tmp_path / "r")] if "--out" not in argv else []),
+        *argv,
+    ]
+    assert recall_main(args) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message)
 
 
 def test_study_prompts_cover_the_six_categories():
