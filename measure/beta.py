@@ -43,6 +43,7 @@ from .recall import (
     study_prompts,
     write_record,
 )
+from .timing import at_least_one
 
 COMMAND = "python -m measure.beta"
 DEFAULT_PROBES = (1, 4, 16, 64, 256, 1024)
@@ -195,13 +196,15 @@ def parser() -> OneLineParser:
     p.add_argument("--draft-layers", type=int, required=True, help="the early-exit draft's depth (its first N layers)")
     p.add_argument("--temperatures", default="0.3,0.7,1.0", help="comma-separated, each > 0 (default 0.3,0.7,1.0)")
     p.add_argument("--probes", default=",".join(map(str, DEFAULT_PROBES)), help="FlashHead probe counts")
-    p.add_argument("--clusters", type=int, default=None, help="FlashHead clusters c (default V/16)")
-    p.add_argument("--iters", type=int, default=4, help="k-means iterations if the clustering is built (default 4)")
+    p.add_argument("--clusters", type=at_least_one, default=None, help="FlashHead clusters c (default V/16)")
+    p.add_argument(
+        "--iters", type=at_least_one, default=4, help="k-means iterations if the clustering is built (default 4)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the clustering and the bootstrap (default 0)")
-    p.add_argument("--per-category", type=int, default=5, help="prompts per study category (default 5)")
-    p.add_argument("--prompt-max-len", type=int, default=256, help="prompt tokens kept (default 256)")
-    p.add_argument("--new-tokens", type=int, default=32, help="greedy continuation per prompt (default 32)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--per-category", type=at_least_one, default=5, help="prompts per study category (default 5)")
+    p.add_argument("--prompt-max-len", type=at_least_one, default=256, help="prompt tokens kept (default 256)")
+    p.add_argument("--new-tokens", type=at_least_one, default=32, help="greedy continuation per prompt (default 32)")
+    p.add_argument("--threads", type=at_least_one, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--add-to-profile", metavar="PROFILE", help="also write the curves into this profile's sampling")
     p.add_argument("--out", required=True, help="folder for beta.json, beta.md and beta.png")
     return p

@@ -72,6 +72,8 @@ def test_summary_means_over_states_with_an_interval_over_prompts_and_goes_into_a
         (["--temperatures", "0,0.7"], "--temperatures: expected numbers > 0"),
         (["--probes", "a"], "--probes: expected comma-separated numbers"),
         (["--model", "tiny-gemma3"], "not a checkpoint folder with config.json"),
+        (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["--new-tokens", "0"], "argument --new-tokens: must be at least 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
