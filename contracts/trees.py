@@ -30,6 +30,7 @@ ROOT = -1
 TREE_KINDS = ("chain", "static", "dynamic")
 TREE_FORMS = "chain, AxBxC (top-k per depth), paths:0;1;0.0;..., or dynamic:M,N,D"
 MAX_NODES = 64  # the largest node budget; the target's verify width grows to cover it
+MAX_K = 64  # the largest K of a chain round: its verify is at most MAX_K + 1 tokens, as a tree's MAX_NODES + 1
 MAX_DEPTH = 16
 MAX_BRANCHING = 16
 # the schedules that run tree rounds (pipelined-deferred: a look-ahead past a guessed path, whose use

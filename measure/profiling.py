@@ -13,7 +13,7 @@ from contracts.heads import check_assets, parse_heads
 from contracts.names import tensor_parallel_size
 from contracts.policies import CATCH_UP_WIDTHS
 from contracts.progress import Progress
-from contracts.trees import MAX_NODES
+from contracts.trees import MAX_K, MAX_NODES
 from model.cli import sampling_settings
 from model.decoder import cache_room, width
 from model.heads import DenseHead, FlashHead
@@ -97,6 +97,8 @@ def check_settings(settings: MeasureSettings) -> None:
     for option, values in positive.items():
         if not values or min(values) < 1:
             raise UsageError(f"{option} must be at least 1, got {','.join(map(str, values)) or 'nothing'}")
+    if settings.K_max > MAX_K:
+        raise UsageError(f"--K-max must be in 1..{MAX_K} (the largest K a round drafts), got {settings.K_max}")
     if any(not 1 <= n <= MAX_NODES + 1 for n in settings.tree_widths):
         raise UsageError(
             f"--tree-widths must be token counts in 1..{MAX_NODES + 1}, got {','.join(map(str, settings.tree_widths))}"

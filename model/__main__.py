@@ -20,7 +20,7 @@ from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_pol
 from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
-from contracts.trees import TREE_FORMS, check_tree_devices, parse_tree
+from contracts.trees import MAX_K, TREE_FORMS, check_tree_devices, parse_tree
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
@@ -329,8 +329,8 @@ def _drafting(pair, choices, args) -> Drafting:
 
 
 def _check_numbers(args) -> None:
-    if args.K < 1:
-        raise UsageError(f"--K must be >= 1 (draft tokens per round), got {args.K}")
+    if not 1 <= args.K <= MAX_K:
+        raise UsageError(f"--K must be in 1..{MAX_K} (draft tokens per round), got {args.K}")
     if args.record_lookup_runs is not None and args.record_lookup_runs < 1:
         raise UsageError(
             f"--record-lookup-runs must be >= 1 (the largest n-gram matched), got {args.record_lookup_runs}"

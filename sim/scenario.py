@@ -23,7 +23,7 @@ from contracts.names import (
 )
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
-from contracts.trees import parse_tree
+from contracts.trees import MAX_K, parse_tree
 
 from . import heads as head_specs
 from . import tensor_parallel
@@ -98,7 +98,7 @@ class Scenario:
 # takes minutes with no answer, or describes no decoder that exists. reports/limits/ measures the time and
 # memory of the largest accepted inputs (python -m sim.limits).
 LIMITS = {
-    "K": 64,
+    "K": MAX_K,
     "probes": 1 << 20,
     "prompts": 10_000,
     "max_new_tokens": 32_768,

@@ -50,7 +50,8 @@ def _run(args, capsys):
 
 
 BAD = [
-    (["--K", "0"], "--K must be >= 1"),
+    (["--K", "0"], "--K must be in 1..64"),
+    (["--K", "65"], "--K must be in 1..64 (draft tokens per round), got 65"),
     (["--K", "two"], "invalid int value"),
     (["--target", "no-such-model"], "checkpoint not found"),
     (["--draft", "/nonexistent/folder"], "checkpoint not found"),
@@ -94,7 +95,7 @@ def test_real_entry_point_reports_one_line(tmp_path):
         text=True,
         cwd=str(__import__("pathlib").Path(__file__).parents[1]),
     )
-    assert proc.returncode == 2 and proc.stderr == "error: --K must be >= 1 (draft tokens per round), got 0\n"
+    assert proc.returncode == 2 and proc.stderr == "error: --K must be in 1..64 (draft tokens per round), got 0\n"
     assert not (tmp_path / "o").exists()
 
 

@@ -235,7 +235,8 @@ def _one_line_exit_2(args, capsys, message, out):
 BAD = [
     (["--schedules", "eager", "--measure"], "unknown schedule"),
     (["--heads", "sparse", "--measure"], "unknown head"),
-    (["--K", "0", "--measure"], "--K must be >= 1"),
+    (["--K", "0", "--measure"], "--K must be in 1..64"),
+    (["--K", "4,65", "--measure"], "--K must be in 1..64"),
     (["--K", "two", "--measure"], "comma-separated integers"),
     (["--profile", "/nonexistent/profile.json"], "profile not found"),
     ([], "--profile PATH"),

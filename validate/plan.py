@@ -12,7 +12,7 @@ import torch
 from contracts import UsageError
 from contracts.files import check_output_folder
 from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
-from contracts.trees import parse_tree
+from contracts.trees import MAX_K, parse_tree
 from model.acceptance_control import check_spec
 from model.prompts import Prompt, select_prompts
 from sim.profile import Profile, load_profile
@@ -50,8 +50,8 @@ def parse_ks(text: str) -> tuple[int, ...]:
         ks = tuple(dict.fromkeys(int(k) for k in text.split(",") if k.strip()))
     except ValueError:
         raise UsageError(f"--K: expected comma-separated integers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise UsageError(f"--K must be >= 1 (draft tokens per round), got {text!r}")
+    if not ks or min(ks) < 1 or max(ks) > MAX_K:
+        raise UsageError(f"--K must be in 1..{MAX_K} (draft tokens per round), got {text!r}")
     return ks
 
 
