@@ -295,6 +295,8 @@ def _arms(args, schedules) -> tuple | None:
     drafters = parse_drafters(args.drafter, "--drafter")
     parse_policy(args.policy, "--policy")
     if args.policy == "fixed" and drafters == ("draft-model",):
+        if args.arms_K is not None:
+            raise UsageError("--arms-K sets the arms a policy chooses among: give it with --policy or --drafter")
         return None
     bad = [s for s in schedules if s not in POLICY_SCHEDULES and s != "baseline"]
     if bad:

@@ -223,6 +223,7 @@ CASES = [
     ("model", ["--policy", "ucb1", "--schedule", "ordinary"], "run on deferred and pipelined-deferred only"),
     ("model", ["--drafter", "early-exit", "--schedule", "deferred"], "needs --early-exit-layers L"),
     ("model", ["--policy", "ucb1", "--schedule", "deferred", "--arms-K", "2+9"], "--arms-K: every K must be in 1..6"),
+    ("model", ["--arms-K", "0"], "--arms-K sets the arms a policy chooses among: give it with --policy or --drafter"),
     ("model", ["--probes", "3"], "apply to --head flashhead only"),
     ("model", ["--head", "flashhead", "--probes", "999"], "probes must be in [1, 32]"),
     ("model", ["--acceptance", "a=2"], "bad acceptance control"),
