@@ -60,7 +60,7 @@ def gpu_decoder(placement, prompt, max_new: int, room: int, head="dense", spec="
     tokens come back with the decoder."""
     _, target_device, draft_device = resolve_placement(placement)
     target, draft = tiny_pair(room, target_device, draft_device, dtype)
-    control = AcceptanceControl(spec, VOCAB, room, draft_device, seed=0) if spec else None
+    control = AcceptanceControl(spec, VOCAB, room, draft_device, seed=0, verify_device=target_device) if spec else None
     dec = Decoder(target, draft, tiny_head(draft, head), control=control, **options)
     reference = dec.reference(prompt, max_new + 2 * dec.K + 2)
     if control is not None:
