@@ -15,9 +15,10 @@ MAX_INPUT_BYTES = 16 * 1024 * 1024
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it over `path`; on failure (a full disk)
-    nothing is left behind."""
+    """Write to a temporary file beside `path`, then rename it over `path` (its folder made if needed, as
+    the output checks promise); on failure (a full disk) nothing is left behind."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

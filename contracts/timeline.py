@@ -156,7 +156,6 @@ def write_timeline(path: str | Path, intervals, meta: dict) -> None:
     trace. `meta` becomes otherData: it needs `source` (simulator or decoder) and `weights`."""
     obj = timeline_object(intervals, meta)
     check_timeline(obj, str(path))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 

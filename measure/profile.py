@@ -109,7 +109,6 @@ def assemble(
 def write(profile: dict, path: Path, floors: dict, command: str) -> tuple[Path, Path]:
     """The profile JSON and its summary `<name>.md` beside it, each written whole or not at all."""
     summary = path.with_suffix(".md")
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_profile(path, profile)
     write_atomic(summary, markdown(profile, floors, command))
     return path, summary

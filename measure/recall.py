@@ -83,7 +83,6 @@ def write_record(result: dict, files: list[Path], text: str, drawings, profile: 
     """files[0] the JSON record, files[1] the Markdown `text`, then each (draw, path) of `drawings`; the
     profile (already extended by the caller) checked and written over `profile_path`. Returns what was
     written, in that order."""
-    files[0].parent.mkdir(parents=True, exist_ok=True)
     write_atomic(files[0], json.dumps(result, indent=1) + "\n")
     write_atomic(files[1], text)
     for draw, path in drawings:

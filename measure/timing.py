@@ -276,5 +276,4 @@ def release_gpu_memory() -> None:
 
 def write_result(out: Path, result: dict) -> None:
     """A benchmark's JSON output, written whole or not at all (its folder made if needed)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, json.dumps(result, indent=1) + "\n")

@@ -150,3 +150,10 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
         write_atomic(tmp_path / "s.json", "half")
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
     assert json.loads((tmp_path / "s.json").read_text())["schema"] == "specloop.summary/1"
+
+
+def test_a_write_makes_the_folder_the_output_checks_promised(tmp_path):
+    """check_output_file accepts a path whose folders can be made; the write makes them."""
+    write_atomic(tmp_path / "new" / "deeper" / "notes.md", "text\n")
+    assert (tmp_path / "new" / "deeper" / "notes.md").read_text() == "text\n"
+    assert [p.name for p in (tmp_path / "new" / "deeper").iterdir()] == ["notes.md"]
