@@ -84,12 +84,20 @@ def cost_grid(raw, where: str) -> tuple[tuple[str, ...], dict[tuple[float, ...],
     return axes, grid
 
 
+# a profile's top-level keys (docs/contracts.md); any other is a misspelling, refused
+PROFILE_SECTIONS = ("schema", "created", "env", "setup", "regimes", "flashhead", "sampling", "trees", "heads")
+PROFILE_SECTIONS += ("tensor_parallel", "notes")
+
+
 def check_profile(raw, source: str) -> None:
     """Raise UsageError unless `raw` is a valid profile (schema, setup, every required cost, FlashHead)."""
     if not isinstance(raw, dict):
         raise UsageError(f"{source}: a profile is a JSON object")
     if raw.get("schema") not in READABLE_SCHEMAS:
         raise UsageError(f"{source}: unknown profile schema {raw.get('schema')!r} (expected {PROFILE_SCHEMA!r})")
+    unknown = sorted(set(raw) - set(PROFILE_SECTIONS))
+    if unknown:
+        raise UsageError(f"{source}: unknown profile section {unknown[0]!r}; valid: {', '.join(PROFILE_SECTIONS)}")
     setup = raw.get("setup")
     if not isinstance(setup, dict):
         raise UsageError(f"{source}: missing 'setup' section")

@@ -62,6 +62,9 @@ def make_files(folder: Path) -> dict[str, Path]:
     version = tiny_profile()
     version["schema"] = "specloop.profile/9"
     put("future_profile.json", json.dumps(version))
+    misspelled = tiny_profile()
+    misspelled["flash_head"] = misspelled["flashhead"]
+    put("misspelled_profile.json", json.dumps(misspelled))
     lines = trace_lines([1, 2])
     lines[0]["probes"] = "four"
     put("string_probes.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
@@ -172,6 +175,8 @@ CASES = [
     ("sim", ["--profile", "{negative_probes.json}"], "default_probes must be a positive integer"),
     ("sim", ["--profile", "{float_lengths.json}"], "prompt_lengths must be a list of positive integers"),
     ("sim", ["--profile", "{future_profile.json}"], "unknown profile schema"),
+    ("sim", ["--profile", "{misspelled_profile.json}"], "unknown profile section 'flash_head'; valid: schema, created"),
+    ("validate", [*VALIDATE, "--profile", "{misspelled_profile.json}"], "unknown profile section 'flash_head'"),
     ("sim", ["--profile", "no/such/profile.json"], "cannot read profile"),
     ("sim", ["--trace", "{latin1.jsonl}"], "is not UTF-8 text"),
     ("sim", ["--trace", "{empty.jsonl}"], "trace has no rounds"),
