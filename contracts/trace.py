@@ -29,6 +29,10 @@ _TRACE_FIELDS = {
     "verify_skipped": bool,
     "context": int,
 }
+# optional keys a trace line or summary may carry; any other is refused (a misspelling would be ignored)
+_TRACE_OPTIONAL = ("schema", "weights", "probes", "lookahead_used", "sample", "phases_ms", "host_gap_ms", "host_gaps")
+_TRACE_OPTIONAL += ("drafter", "runs", "tree", "nodes")
+_SUMMARY_OPTIONAL = ("schema", "acceptance", "phases_ms", "host_gap_ms", "host_gaps")
 _SUMMARY_FIELDS = {
     "config": dict,
     "ttft_ms": float,
@@ -76,19 +80,24 @@ def _check_phases(phases, where: str) -> None:
         _typed(phases, phase, float, f"{where} phases_ms")
 
 
-def _check_object(obj, kind: str, readable: tuple[str, ...], fields: dict, where: str) -> None:
-    """A JSON object of one of the `readable` schemas whose `fields` have their types."""
+def _check_object(obj, kind: str, readable: tuple[str, ...], fields: dict, optional: tuple, where: str) -> None:
+    """A JSON object of one of the `readable` schemas whose `fields` have their types, and no key beyond
+    them and the `optional` ones."""
     if not isinstance(obj, dict):
         raise UsageError(f"{where}: expected a JSON object")
     if obj.get("schema") not in readable:
         raise UsageError(f"{where}: unknown {kind} schema {obj.get('schema')!r} (expected {readable[0]!r})")
+    unknown = sorted(set(obj) - set(fields) - set(optional))
+    if unknown:
+        valid = ", ".join((*fields, *optional))
+        raise UsageError(f"{where}: unknown {kind} key {unknown[0]!r}; valid: {valid}")
     for name, wanted in fields.items():
         _typed(obj, name, wanted, where)
 
 
 def check_trace_line(line, where: str = "trace") -> None:
     """Raise UsageError unless `line` is a valid trace line."""
-    _check_object(line, "trace", READABLE_TRACE_SCHEMAS, _TRACE_FIELDS, where)
+    _check_object(line, "trace", READABLE_TRACE_SCHEMAS, _TRACE_FIELDS, _TRACE_OPTIONAL, where)
     if line.get("lookahead_used") not in (None, True, False):
         raise UsageError(f"{where}: lookahead_used must be true, false or null")
     probes = line.get("probes")
@@ -161,7 +170,7 @@ def _check_host_gaps(obj: dict, where: str) -> None:
 
 def check_summary(summary, where: str = "summary") -> None:
     """Raise UsageError unless `summary` is a valid run summary."""
-    _check_object(summary, "summary", READABLE_SUMMARY_SCHEMAS, _SUMMARY_FIELDS, where)
+    _check_object(summary, "summary", READABLE_SUMMARY_SCHEMAS, _SUMMARY_FIELDS, _SUMMARY_OPTIONAL, where)
     missing = [k for k in _CONFIG_FIELDS if k not in summary["config"]]
     if missing:
         raise UsageError(f"{where}: config lacks {missing}")

@@ -69,6 +69,9 @@ def make_files(folder: Path) -> dict[str, Path]:
     lines[0]["probes"] = "four"
     put("string_probes.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
     lines = trace_lines([1, 2])
+    lines[1]["acceptd"] = 1
+    put("misspelled_key.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    lines = trace_lines([1, 2])
     lines[1]["context"] = -5
     put("negative_context.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
     lines = trace_lines([1, 2])
@@ -176,6 +179,7 @@ CASES = [
     ("sim", ["--profile", "{float_lengths.json}"], "prompt_lengths must be a list of positive integers"),
     ("sim", ["--profile", "{future_profile.json}"], "unknown profile schema"),
     ("sim", ["--profile", "{misspelled_profile.json}"], "unknown profile section 'flash_head'; valid: schema, created"),
+    ("sim", ["--trace", "{misspelled_key.jsonl}"], "misspelled_key.jsonl:2: unknown trace key 'acceptd'; valid:"),
     ("validate", [*VALIDATE, "--profile", "{misspelled_profile.json}"], "unknown profile section 'flash_head'"),
     ("sim", ["--profile", "no/such/profile.json"], "cannot read profile"),
     ("sim", ["--trace", "{latin1.jsonl}"], "is not UTF-8 text"),
