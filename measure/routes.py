@@ -31,8 +31,10 @@ default all, in this order):
 - `target-kernels`: the same target step with the settings of TARGET_KERNEL_SETTINGS all off, then turned
   on one after another: the int4 GEMM letting the next kernel launch after its main loop
   (awq_triton.SIGNAL_NEXT), then SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up, the
-  planes repacked), each row with its hidden states' largest difference from all off (`max_abs_diff`:
-  0 where the bits are the same).
+  planes repacked), then the int4 GEMMs that follow a norm (q/k/v, gate/up) launched early, each program
+  waiting for the norm before it reads anything (AWQLinear.launch_early), then down after the gate/up GEMM,
+  then o after the attention; each row with its hidden states' largest difference from all off
+  (`max_abs_diff`: 0 where the bits are the same).
 - `target-width`: the same step with every target decode forward at 16 rows and 16-row int4 programs (the
   decoder of sessions 17-25), at 8 rows with 16-row programs, and at 8 rows with 8-row programs (the
   default since session 26), each with `max_abs_diff` from the first.
@@ -155,7 +157,16 @@ TARGET_ATTENTION_CHOICES = (
     (128, 128, 16, 32),
     (512, 128, 16, 128),
 )
-TARGET_KERNEL_SETTINGS = ("signal next", "swiglu in gemm")  # target-kernels' steps, in order
+# target-kernels' steps, in order: the int4 GEMM lets the next kernel launch after its main loop, forms SwiGLU in
+# its last split, then is launched early itself where a norm is before it (q/k/v, gate/up), then also after the
+# gate/up GEMM (down), then also after the attention (o)
+TARGET_KERNEL_SETTINGS = (
+    "signal next",
+    "swiglu in gemm",
+    "early after norms",
+    "early after gemms",
+    "early after attention",
+)
 # target-width's settings: (decoder.EXACT_WIDTH, awq_triton.BLOCK_M), the sessions 17-25 decoder's first
 TARGET_WIDTHS = {
     "width 16, 16-row programs": (16, 16),
@@ -410,7 +421,14 @@ def target_kernel_choices() -> dict[str, tuple[bool, ...]]:
     return {name: tuple(index < on for index in range(count)) for on, name in enumerate(names)}
 
 
-def set_target_kernels(model, signal_next: bool, swiglu_in_gemm: bool) -> None:
+def set_target_kernels(
+    model,
+    signal_next: bool,
+    swiglu_in_gemm: bool,
+    early_after_norms: bool = False,
+    early_after_gemms: bool = False,
+    early_after_attention: bool = False,
+) -> None:
     """One of target_kernel_choices on an AWQ model on the fused kernels."""
     awq_triton.SIGNAL_NEXT = signal_next
     for layer in model.layers:
@@ -418,6 +436,22 @@ def set_target_kernels(model, signal_next: bool, swiglu_in_gemm: bool) -> None:
         if gate_up.gate_up != swiglu_in_gemm:  # its planes repacked in the other column order
             gate_up.gate_up = swiglu_in_gemm
             gate_up.select_kernel("triton", dtype=torch.bfloat16)
+        layer.self_attn.qkv_proj.launch_early = gate_up.launch_early = early_after_norms
+        layer.self_attn.o_proj.launch_early = early_after_attention
+        layer.mlp.down_proj.launch_early = early_after_gemms
+
+
+def target_kernel_state(model) -> tuple[bool, ...]:
+    """The model's settings of TARGET_KERNEL_SETTINGS, as set_target_kernels takes them (its first layer's)."""
+    attention, mlp = model.layers[0].self_attn, model.layers[0].mlp
+    after_norms = attention.qkv_proj.launch_early and mlp.gate_up_proj.launch_early
+    return (
+        awq_triton.SIGNAL_NEXT,
+        mlp.gate_up_proj.gate_up,
+        after_norms,
+        mlp.down_proj.launch_early,
+        attention.o_proj.launch_early,
+    )
 
 
 def target_kernel_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> list[dict]:
@@ -496,7 +530,7 @@ def target_step_rows(
     defaults. `compare`: each row also gives the largest difference of a one-token forward's hidden state
     from the first setting's (`max_abs_diff`), at the context, caches alike."""
     model = load_model(TARGET_AWQ, device, "bfloat16", TARGET_SEED, LONG_CONTEXT + 200).model
-    defaults = (model.attention_split_slots, awq_triton.SIGNAL_NEXT, model.layers[0].mlp.gate_up_proj.gate_up)
+    defaults = (model.attention_split_slots, *target_kernel_state(model))
     rows = []
     for context in (CONTEXT, LONG_CONTEXT):
         kv_bytes = kv_cache_bytes(model.config, context, model.head_weight.element_size())

@@ -93,6 +93,7 @@ class AWQLinear(nn.Module):
         # Triton kernel's planes then pair gate and up columns, so that `swiglu` forms silu(gate) * up in it
         self.gate_up = False
         self._swiglu_run: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.launch_early = False  # the Triton GEMM launched early, waiting for the kernel before (awq_triton)
         # many-row inputs (prefill): dequantize into a buffer shared by the model's layers, then cuBLAS
         self.prefill_rows: int | None = None  # set with the buffer by model/awq_prefill.attach
         self.prefill_buffer: torch.Tensor | None = None
@@ -262,12 +263,14 @@ class AWQLinear(nn.Module):
         in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if paired else None
 
         def run(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets)
+            y = awq_triton.w4a16_matmul(
+                self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets, early=self.launch_early
+            )
             y = y if in_order is None else y[:, in_order]
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
         def swiglu(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets)
+            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets, early=self.launch_early)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features // 2)
 
         if paired:

@@ -65,7 +65,7 @@ import torch
 
 from model import fused_ops
 from model.split_k import arrived_last, split_count, store_split, summed_parts, tickets_for, tile_ticket
-from model.triton_support import launch_next, launching_on, overlap, tl, triton
+from model.triton_support import after_previous, launch_next, launching_on, overlap, tl, triton
 
 BLOCK_M = 8  # rows per program up to 8 rows (tl.dot pads its 8 columns for the tensor cores)
 MAX_BLOCK_M = 64  # rows per program for more (a tree verify's 65): every row block dequantizes every weight again
@@ -74,13 +74,15 @@ _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSE
 _SPLITS = (4, 8)  # split-K at least the first, at most the second (where the step count allows)
 BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
-# Launched without programmatic dependent launch (model/triton_support.py, overlap), which the other decoder
-# kernels use: a GEMM of many waves gains nothing from starting early, and on one H200 the 32B AWQ step
-# took 10.22 ms with it against 9.91 without (commit 0d23bca, reports/README.md, session 11). But its
-# programs let the next kernel launch once their main loop is done (SIGNAL_NEXT; measure.routes'
-# target-kernels route turns it off), so that kernel's launch and start overlap the split-K tail. Launched
-# early with its first step's words loaded before it waits (session 25, one H200), the step was 0-1.5%
-# slower; 4 stages were slower for every shape and level for o_proj and down_proj alone (docs/design.md).
+# Launched early (programmatic dependent launch, model/triton_support.py) only behind a norm: the q/k/v and
+# gate/up GEMMs (`early`, AWQLinear.launch_early, set by Transformer.use_fused_kernels). measure.routes'
+# target-kernels route on one H200 (session 30, six runs): the 32B AWQ step 1.2% faster at context 300 and
+# 1.3% at 4,000 (medians), the same bits; o launched early behind the attention made it 3% slower, and down
+# behind the gate/up GEMM was within the runs' spread. (Every GEMM launched early: 10.22 ms against 9.91 in
+# session 11; with its first step's words loaded before it waits, 0-1.5% slower in session 25.) Its programs
+# let the next kernel launch once their main loop is done (SIGNAL_NEXT; the route turns it off), so that
+# kernel's launch and start overlap the split-K tail. 4 stages were slower for every shape and level for
+# o_proj and down_proj alone (docs/design.md).
 SIGNAL_NEXT = True
 
 
@@ -193,9 +195,12 @@ def w4a16_matmul(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
+    early: bool = False,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype; for planes packed
     with swiglu, silu(gate) * up [M, N / 2], the same bits as fused_ops.silu_mul of the product.
+    early: launched early where the GPU can (programmatic dependent launch), each program waiting for the
+    kernel before it before it reads anything.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
@@ -225,6 +230,8 @@ def w4a16_matmul(
         tickets = y  # unused
     else:
         tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
+    pdl = overlap(x.device)["PDL"]
+    wait = early and pdl
     with launching_on(x.device):
         _w4a16_kernel[grid](
             x,
@@ -247,9 +254,11 @@ def w4a16_matmul(
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
             SWIGLU=planes.swiglu,
-            PDL=SIGNAL_NEXT and overlap(x.device)["PDL"],
+            PDL=SIGNAL_NEXT and pdl,
+            WAIT=wait,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
+            **({"launch_pdl": True} if wait else {}),
         )
     return y
 
@@ -287,15 +296,17 @@ if triton is not None:
         PTX: tl.constexpr,
         SWIGLU: tl.constexpr,
         PDL: tl.constexpr,
+        WAIT: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
         stored by split_k.store_split (SWIGLU: _store_swiglu); PDL: the next kernel may launch once the
-        sums are done. MAGIC: OFFSET's
+        sums are done; WAIT: launched early, it waits for the kernel before it first. MAGIC: OFFSET's
         bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
         the dot's layout."""
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
+        after_previous(WAIT, LAUNCH_NEXT=False)
         GROUP_ROWS: tl.constexpr = min(GROUP, 128)  # input rows per dot: one group, at most one step
         SHIFTS: tl.constexpr = GROUP_ROWS // 32
         dtype = x_ptr.dtype.element_ty

@@ -130,25 +130,54 @@ def test_target_attention_settings_start_at_the_default_and_size_the_tickets_for
 
 def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
     assert routes.target_kernel_choices() == {
-        "all off": (False, False),
-        "signal next": (True, False),
-        "swiglu in gemm": (True, True),
+        "all off": (False, False, False, False, False),
+        "signal next": (True, False, False, False, False),
+        "swiglu in gemm": (True, True, False, False, False),
+        "early after norms": (True, True, True, False, False),
+        "early after gemms": (True, True, True, True, False),
+        "early after attention": (True, True, True, True, True),
     }
     repacked = []
 
     class GateUp:
         gate_up = True
+        launch_early = False
 
         def select_kernel(self, kernel, dtype):
             repacked.append((kernel, dtype, self.gate_up))
 
-    model = SimpleNamespace(layers=[SimpleNamespace(mlp=SimpleNamespace(gate_up_proj=GateUp())) for _ in range(2)])
+    def layer():
+        attention = SimpleNamespace(
+            qkv_proj=SimpleNamespace(launch_early=False), o_proj=SimpleNamespace(launch_early=False)
+        )
+        return SimpleNamespace(
+            self_attn=attention, mlp=SimpleNamespace(gate_up_proj=GateUp(), down_proj=SimpleNamespace())
+        )
+
+    def early(model):  # (q/k/v, o, gate/up, down) of each layer
+        return {
+            (layer.self_attn.qkv_proj.launch_early, layer.self_attn.o_proj.launch_early,
+             layer.mlp.gate_up_proj.launch_early, layer.mlp.down_proj.launch_early)
+            for layer in model.layers
+        }  # fmt: skip
+
+    model = SimpleNamespace(layers=[layer() for _ in range(2)])
     monkeypatch.setattr(awq_triton, "SIGNAL_NEXT", True)
     routes.set_target_kernels(model, True, True)
-    assert (awq_triton.SIGNAL_NEXT, repacked) == (True, [])
+    assert (awq_triton.SIGNAL_NEXT, repacked, early(model)) == (True, [], {(False, False, False, False)})
+    routes.set_target_kernels(model, True, True, True)
+    assert early(model) == {(True, False, True, False)}
+    routes.set_target_kernels(model, True, True, False, True)
+    assert early(model) == {(False, False, False, True)}
+    routes.set_target_kernels(model, True, True, False, False, True)
+    assert early(model) == {(False, True, False, False)}
+    routes.set_target_kernels(model, True, True, True, True, True)
+    assert early(model) == {(True, True, True, True)}
+    assert routes.target_kernel_state(model) == (True, True, True, True, True)
     routes.set_target_kernels(model, False, False)
     assert awq_triton.SIGNAL_NEXT is False
     assert repacked == [("triton", torch.bfloat16, False)] * 2
+    assert early(model) == {(False, False, False, False)}
 
 
 def test_awq_shapes_are_the_merged_projections_of_qwen3_32b():
