@@ -74,15 +74,14 @@ _MAGIC = {torch.bfloat16: 0x4300, torch.float16: 0x6400}  # bit pattern of OFFSE
 _SPLITS = (4, 8)  # split-K at least the first, at most the second (where the step count allows)
 BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
-# Launched early (programmatic dependent launch, model/triton_support.py) only behind a norm: the q/k/v and
-# gate/up GEMMs (`early`, AWQLinear.launch_early, set by Transformer.use_fused_kernels). measure.routes'
-# target-kernels route on one H200 (session 30, six runs): the 32B AWQ step 1.2% faster at context 300 and
-# 1.3% at 4,000 (medians), the same bits; o launched early behind the attention made it 3% slower, and down
-# behind the gate/up GEMM was within the runs' spread. (Every GEMM launched early: 10.22 ms against 9.91 in
-# session 11; with its first step's words loaded before it waits, 0-1.5% slower in session 25.) Its programs
-# let the next kernel launch once their main loop is done (SIGNAL_NEXT; the route turns it off), so that
-# kernel's launch and start overlap the split-K tail. 4 stages were slower for every shape and level for
-# o_proj and down_proj alone (docs/design.md).
+# Launched early (programmatic dependent launch, model/triton_support.py) behind a norm (the q/k/v and gate/up
+# GEMMs) and behind the gate/up GEMM (down), not behind the attention (o): `early`, AWQLinear.launch_early, set
+# by Transformer.use_fused_kernels. measure.routes' target-kernels route on one H200 (session 30, six runs): the
+# 32B AWQ step 2.4% faster at context 300 and 1.9% at 4,000 (medians), the same bits; o launched early as well
+# made it 3-4% slower. (Every GEMM launched early: 10.22 ms against 9.91 in session 11; with its first step's
+# words loaded before it waits, 0-1.5% slower in session 25.) Its programs let the next kernel launch once their
+# main loop is done (SIGNAL_NEXT; the route turns it off), so that kernel's launch and start overlap the
+# split-K tail. 4 stages were slower for every shape and level for o_proj and down_proj alone (docs/design.md).
 SIGNAL_NEXT = True
 
 
@@ -199,8 +198,8 @@ def w4a16_matmul(
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype; for planes packed
     with swiglu, silu(gate) * up [M, N / 2], the same bits as fused_ops.silu_mul of the product.
-    early: launched early where the GPU can (programmatic dependent launch), each program waiting for the
-    kernel before it before it reads anything.
+    early: launched early where the GPU can (programmatic dependent launch); each program waits for the
+    previous kernel to finish before it reads anything, so the bits are the same.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps

@@ -353,9 +353,9 @@ class Transformer(nn.Module):
             mlp.gate_up_proj = _merged([mlp.gate_proj, mlp.up_proj])
             if isinstance(mlp.gate_up_proj, AWQLinear):
                 mlp.gate_up_proj.gate_up = True
-            for after_norm in (attn.qkv_proj, mlp.gate_up_proj):  # launched early behind its norm (awq_triton)
-                if isinstance(after_norm, AWQLinear):
-                    after_norm.launch_early = True
+            for early in (attn.qkv_proj, mlp.gate_up_proj, mlp.down_proj):  # launched early (awq_triton: not o)
+                if isinstance(early, AWQLinear):
+                    early.launch_early = True
             del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
         self.kernels = "fused"
 
