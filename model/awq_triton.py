@@ -76,9 +76,9 @@ BLOCK_N = 128  # output columns per program (pack_planes' default)
 LAUNCH = {"num_warps": 4, "num_stages": 3}  # measured best on H200 for every Qwen3-32B shape
 # Launched early (programmatic dependent launch, model/triton_support.py) behind a norm (the q/k/v and gate/up
 # GEMMs) and behind the gate/up GEMM (down), not behind the attention (o): `early`, AWQLinear.launch_early, set
-# by Transformer.use_fused_kernels. measure.routes' target-kernels route on one H200 (session 30, six runs): the
+# by Transformer.use_fused_kernels. measure.routes' target-kernels route on one H200 (session 30, eight runs): the
 # 32B AWQ step 2.5% faster at context 300 and 2.0% at 4,000 (medians), the same bits; o launched early as well
-# made it 3-4% slower. (Every GEMM launched early: 10.22 ms against 9.91 in session 11; with its first step's
+# made it 3-7% slower. (Every GEMM launched early: 10.22 ms against 9.91 in session 11; with its first step's
 # words loaded before it waits, 0-1.5% slower in session 25.) Its programs let the next kernel launch once their
 # main loop is done (SIGNAL_NEXT; the route turns it off), so that kernel's launch and start overlap the
 # split-K tail. 4 stages were slower for every shape and level for o_proj and down_proj alone (docs/design.md).
