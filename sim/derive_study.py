@@ -217,7 +217,6 @@ def _derive(argv) -> int:
     parser.add_argument("--out-dir", default=str(DATA), help=f"folder for the two files (default {DATA})")
     out = Path(parser.parse_args(argv).out_dir)
     check_output_folder(out, "--out-dir")
-    out.mkdir(parents=True, exist_ok=True)
     trace = table4_7_trace()
     write_trace(out / "study_trace.jsonl", trace)
     write_profile(out / "study_profile.json", profile(trace))
