@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from contracts import UsageError
-from contracts.trees import ROOT, TreeShape, ancestors, check_lookahead, guessed_leaf, node_depths
+from contracts.trees import MAX_NODES, ROOT, TreeShape, ancestors, check_lookahead, guessed_leaf, node_depths
 from model import sampling
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead, ShortlistHead, heads_by_position
@@ -45,8 +45,8 @@ def check_tree(tree: TreeShape, schedules=(), head_kind: str = "dense", alone: b
     if tree.kind == "chain":
         return
     label = f"{option} {tree.label}"
-    if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > 64:
-        raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most 64")
+    if tree.kind == "dynamic" and (tree.depth_budget - 1) * tree.top_m > MAX_NODES:  # one ancestor word each
+        raise UsageError(f"{label}: a dynamic tree feeds (D - 1) x M nodes to the draft, at most {MAX_NODES}")
     if "pipelined-deferred" in schedules:
         check_lookahead(tree, option)
     if not alone:
