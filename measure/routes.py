@@ -159,12 +159,14 @@ TARGET_ATTENTION_CHOICES = (
 )
 # target-kernels' steps, in order: the int4 GEMM lets the next kernel launch after its main loop, forms SwiGLU in
 # its last split, then is launched early itself where a norm is before it (q/k/v, gate/up), then also after the
-# gate/up GEMM (down), then also after the attention (o)
+# gate/up GEMM (down), then takes the RMSNorms in (Transformer.norms_in_gemms), then is also launched early after
+# the attention (o)
 TARGET_KERNEL_SETTINGS = (
     "signal next",
     "swiglu in gemm",
     "early after norms",
     "early after gemms",
+    "norms in gemms",
     "early after attention",
 )
 # target-width's settings: (decoder.EXACT_WIDTH, awq_triton.BLOCK_M), the sessions 17-25 decoder's first
@@ -427,10 +429,12 @@ def set_target_kernels(
     swiglu_in_gemm: bool,
     early_after_norms: bool = False,
     early_after_gemms: bool = False,
+    norms_in_gemms: bool = False,
     early_after_attention: bool = False,
 ) -> None:
     """One of target_kernel_choices on an AWQ model on the fused kernels."""
     awq_triton.SIGNAL_NEXT = signal_next
+    model.norms_in_gemms = norms_in_gemms
     for layer in model.layers:
         gate_up = layer.mlp.gate_up_proj
         if gate_up.gate_up != swiglu_in_gemm:  # its planes repacked in the other column order
@@ -450,6 +454,7 @@ def target_kernel_state(model) -> tuple[bool, ...]:
         mlp.gate_up_proj.gate_up,
         after_norms,
         mlp.down_proj.launch_early,
+        model.norms_in_gemms,
         attention.o_proj.launch_early,
     )
 
@@ -484,8 +489,10 @@ def set_target_ablation(model, taken_out: tuple[str, ...]) -> None:
     """Take TARGET_ABLATIONS' kernel classes out of the fused forward of `model` (an AWQ Qwen3 target at
     decode widths), putting back every other: the RMSNorms (each returns its input), the attention (its
     output is the q slice of q/k/v), the GEMMs (an empty output; with "gemm launches" a one-element fill in
-    its place, so that only the launches remain)."""
+    its place, so that only the launches remain). The norms stay kernels of their own (norms_in_gemms off),
+    so that each class is one kernel a place."""
     route, config = model.gemv_route, model.config
+    model.norms_in_gemms = False
     fused_ops.rms_norm, fused_ops.qkv_attention = _FUSED_DEFAULTS
     for name in ("project", "mlp"):
         vars(route).pop(name, None)

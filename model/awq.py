@@ -101,21 +101,43 @@ class AWQLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, group={self.group_size}, kernel={self.kernel}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, norm: awq_triton.FoldedNorm | None = None) -> torch.Tensor:
+        """norm: x is a residual stream's rows times an RMSNorm's weight, the sums scaled by each row's
+        1 / RMS inside our Triton GEMM (where `folds_norms`; `onto` wrote them)."""
+        if norm is not None:
+            return self._folding_run()(x, norm)
         if self._prefills(x):
             return awq_prefill.dense_matmul(self, x)
         if self._run is None:
             self.select_kernel(dtype=x.dtype)
         return self._run(x)
 
-    def swiglu(self, x: torch.Tensor) -> torch.Tensor:
+    def swiglu(self, x: torch.Tensor, norm: awq_triton.FoldedNorm | None = None) -> torch.Tensor:
         """silu(gate) * up [..., out / 2] of a gate/up layer's output (gate, then up): inside the Triton
         GEMM's last split where it runs (the same bits), else fused_ops.silu_mul after the forward."""
         if self._run is None:
             self.select_kernel(dtype=x.dtype)
         if self._swiglu_run is None or self._prefills(x):
-            return fused_ops.silu_mul(self(x))
-        return self._swiglu_run(x)
+            return fused_ops.silu_mul(self(x, norm))
+        return self._swiglu_run(x, norm)
+
+    def onto(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(residual + self(x), that times the next RMSNorm's weight, its rows' sums of squares by column
+        block) from one Triton GEMM (awq_triton.w4a16_matmul_onto), where `folds_norms`: the next GEMM's
+        input and FoldedNorm."""
+        return self._folding_run().onto(x, residual, norm_weight)
+
+    def folds_norms(self, rows: int) -> bool:
+        """Whether a forward of `rows` rows runs our Triton GEMM, which folds an RMSNorm in (`norm`) and adds
+        onto a residual (`onto`): not where another kernel or the prefill route runs, nor where a hook
+        all-reduces the output (model/tensor_parallel.py) before it may be added."""
+        many = self.prefill_rows is not None and rows >= self.prefill_rows
+        return self.kernel == "triton" and not many and not getattr(self, "reduces_output", False)
+
+    def _folding_run(self):
+        if self.kernel != "triton":
+            raise ValueError(f"an RMSNorm folds into our Triton int4 GEMM only, not the {self.kernel} kernel")
+        return self._run
 
     def _prefills(self, x: torch.Tensor) -> bool:
         return self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features
@@ -262,19 +284,28 @@ class AWQLinear(nn.Module):
         tickets = torch.zeros(4 * planes.codes.shape[0], dtype=torch.int32, device=device)
         in_order = torch.argsort(awq_triton.swiglu_order(self.out_features)).to(device) if paired else None
 
-        def run(x):
+        def run(x, norm=None):
             y = awq_triton.w4a16_matmul(
-                self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets, early=self.launch_early
+                self._flat(x, dtype), planes._replace(swiglu=False), tickets=tickets, early=self.launch_early, norm=norm
             )
             y = y if in_order is None else y[:, in_order]
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
-        def swiglu(x):
-            y = awq_triton.w4a16_matmul(self._flat(x, dtype), planes, tickets=tickets, early=self.launch_early)
+        def swiglu(x, norm=None):
+            y = awq_triton.w4a16_matmul(
+                self._flat(x, dtype), planes, tickets=tickets, early=self.launch_early, norm=norm
+            )
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features // 2)
+
+        def onto(x, residual, norm_weight):
+            return awq_triton.w4a16_matmul_onto(
+                self._flat(x, dtype), planes, residual, norm_weight, tickets=tickets, early=self.launch_early
+            )
 
         if paired:
             run.swiglu = swiglu
+        else:
+            run.onto = onto
         return run
 
     def _prepare_awq_ext(self, dtype: torch.dtype):

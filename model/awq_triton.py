@@ -102,6 +102,16 @@ class Planes(NamedTuple):
         return self.codes.shape[2]
 
 
+class FoldedNorm(NamedTuple):
+    """An RMSNorm folded into the GEMMs around it, so that it needs no kernel of its own: the GEMM before
+    (`w4a16_matmul_onto`) writes the residual stream's rows times the norm's weight and their sums of squares
+    by block of columns [blocks, M] (float32); the GEMM after reads those rows and scales its sums by each
+    row's 1 / RMS. `eps` is the norm's."""
+
+    eps: float
+    squares: torch.Tensor
+
+
 def unsupported(in_features: int, out_features: int, group_size: int, dtype: torch.dtype) -> str | None:
     """Why w4a16_matmul cannot run this layer (None when it can)."""
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -195,15 +205,70 @@ def w4a16_matmul(
     num_stages: int | None = None,
     tickets: torch.Tensor | None = None,
     early: bool = False,
+    norm: FoldedNorm | None = None,
 ) -> torch.Tensor:
     """x [M, IN] (bf16, fp16 or fp32) @ the planes' weights -> y [M, N] in x's dtype; for planes packed
     with swiglu, silu(gate) * up [M, N / 2], the same bits as fused_ops.silu_mul of the product.
     early: launched early where the GPU can (programmatic dependent launch); each program waits for the
     previous kernel to finish before it reads anything, so the bits are the same.
+    norm: x is rows of a residual stream times an RMSNorm's weight (w4a16_matmul_onto's `weighted`), and
+    each row's sums are scaled by its 1 / RMS from norm.squares.
 
     splits (default: default_splits) must divide the planes' 128-row step count. tickets: int32
     zeros, one per (column block, block of block_m(M) rows), that the call leaves zero: a layer keeps
     them so a split-K call needs no memset; without enough, the call makes its own."""
+    M = x.shape[0]
+    y = torch.empty(
+        (M, planes.out_features // 2 if planes.swiglu else planes.out_features), dtype=x.dtype, device=x.device
+    )
+    _launch(x, planes, y, splits, num_warps, num_stages, tickets, early, norm=norm)
+    return y
+
+
+def w4a16_matmul_onto(
+    x: torch.Tensor,
+    planes: Planes,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    splits: int | None = None,
+    tickets: torch.Tensor | None = None,
+    early: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(h, weighted, squares): h = residual + x @ W [M, N], rounded as fused_ops.rms_norm rounds a residual
+    add; weighted = h times the next RMSNorm's weight [N], rounded; squares, each row of h's sums of squares
+    by block of block_n columns [N / block_n, M] (float32). The GEMM after it takes weighted with
+    FoldedNorm(eps, squares). residual [M, N] in x's dtype; planes without swiglu."""
+    M = x.shape[0]
+    if planes.swiglu or residual.shape != (M, planes.out_features) or residual.dtype != x.dtype:
+        raise ValueError(
+            f"a residual of {tuple(residual.shape)} {residual.dtype} for {M} rows of {x.dtype} onto "
+            f"{planes.out_features} columns{' of swiglu planes' if planes.swiglu else ''}"
+        )
+    if norm_weight.shape != (planes.out_features,):
+        raise ValueError(
+            f"the norm's weight has shape {tuple(norm_weight.shape)}, the planes {planes.out_features} outputs"
+        )
+    h, weighted = torch.empty_like(residual), torch.empty_like(residual)
+    squares = torch.empty((planes.codes.shape[0], M), dtype=torch.float32, device=x.device)
+    onto = (residual.contiguous(), norm_weight, weighted, squares)
+    _launch(x, planes, h, splits, None, None, tickets, early, onto=onto)
+    return h, weighted, squares
+
+
+def _launch(
+    x: torch.Tensor,
+    planes: Planes,
+    y: torch.Tensor,
+    splits: int | None,
+    num_warps: int | None,
+    num_stages: int | None,
+    tickets: torch.Tensor | None,
+    early: bool,
+    norm: FoldedNorm | None = None,
+    onto: tuple[torch.Tensor, ...] | None = None,
+) -> None:
+    """The GEMM into y, its sums scaled by FoldedNorm's 1 / RMS (norm) or added onto a residual stream
+    (onto: the residual, the next norm's weight, and the outputs weighted and squares)."""
     M, IN = x.shape
     N = planes.out_features
     if planes.in_features != IN:
@@ -215,10 +280,8 @@ def w4a16_matmul(
     splits = splits or default_splits(M, planes, x.device)
     if steps % splits:
         raise ValueError(f"splits {splits} does not divide the {steps} steps of {STEP_IN} rows")
-
-    y = torch.empty((M, N // 2 if planes.swiglu else N), dtype=x.dtype, device=x.device)
     if M == 0:
-        return y
+        return
     if x.stride(1) != 1:
         x = x.contiguous()
     rows_per_program = block_m(M)
@@ -229,6 +292,9 @@ def w4a16_matmul(
         tickets = y  # unused
     else:
         tickets = tickets_for(tickets, grid[0] * grid[2], x.device)
+    norm_blocks = norm.squares.shape[0] if norm is not None else 1
+    residual, norm_weight, weighted, squares = onto or (y, y, y, y)  # unused without onto
+    squares = norm.squares if norm is not None else squares  # read (norm), written (onto) or unused
     pdl = overlap(x.device)["PDL"]
     wait = early and pdl
     with launching_on(x.device):
@@ -239,12 +305,18 @@ def w4a16_matmul(
             partials,
             y,
             tickets,
+            norm_weight,
+            weighted,
+            squares,
+            residual,
             M,
             N,
             IN,
             x.stride(0),
             steps // splits,
             planes.groups.shape[1],
+            norm_blocks,
+            0.0 if norm is None else norm.eps,
             GROUP=planes.group_size,
             BLOCK_M=rows_per_program,
             BLOCK_N=planes.block_n,
@@ -253,13 +325,15 @@ def w4a16_matmul(
             MAGIC=_MAGIC.get(x.dtype, 0),
             PTX=x.is_cuda,
             SWIGLU=planes.swiglu,
+            NORM=norm is not None,
+            ONTO=onto is not None,
+            NORM_BLOCKS=triton.next_power_of_2(norm_blocks),
             PDL=SIGNAL_NEXT and pdl,
             WAIT=wait,
             num_warps=num_warps or LAUNCH["num_warps"],
             num_stages=num_stages or LAUNCH["num_stages"],
             **({"launch_pdl": True} if wait else {}),
         )
-    return y
 
 
 def _pairs_ptx(magic: int, subtract: str) -> str:
@@ -280,12 +354,18 @@ if triton is not None:
         part_ptr,
         y_ptr,
         ticket_ptr,
+        norm_w_ptr,
+        weighted_ptr,
+        squares_ptr,
+        residual_ptr,
         M,
         N,
         IN,
         stride_xm,
         steps_per_split,
         groups,
+        norm_blocks,
+        eps,
         GROUP: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
@@ -294,14 +374,18 @@ if triton is not None:
         MAGIC: tl.constexpr,
         PTX: tl.constexpr,
         SWIGLU: tl.constexpr,
+        NORM: tl.constexpr,
+        ONTO: tl.constexpr,
+        NORM_BLOCKS: tl.constexpr,
         PDL: tl.constexpr,
         WAIT: tl.constexpr,
     ):
         """Program (column block, split, row block): its rows x columns summed over the split's steps,
-        stored by split_k.store_split (SWIGLU: _store_swiglu); PDL: the next kernel may launch once the
-        sums are done; WAIT: launched early, it waits for the kernel before it first. MAGIC: OFFSET's
-        bit pattern (0 for float32 activations); a constexpr, or Triton would not load the words in
-        the dot's layout."""
+        stored by split_k.store_split (SWIGLU: _store_swiglu; ONTO: _store_onto, added to the residual
+        stream, with the rows times the next norm's weight and their sums of squares); PDL: the next kernel
+        may launch once the sums are done; WAIT: launched early, it waits for the kernel before it first.
+        NORM: the sums scaled by each row's 1 / RMS (FoldedNorm). MAGIC: OFFSET's bit pattern (0 for float32 activations); a constexpr, or Triton
+        would not load the words in the dot's layout."""
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
@@ -321,6 +405,8 @@ if triton is not None:
         )
         group_rows = pid_n.to(tl.int64) * groups * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        if NORM:  # loaded now, applied to the sums at the end
+            inverse_rms = _inverse_rms(squares_ptr, rm, m_in, M, norm_blocks, IN, eps, NORM_BLOCKS)
         first = pid_k * steps_per_split
         for step in range(first, first + steps_per_split):
             P = tl.load(words + step * BLOCK_N * 16)
@@ -332,8 +418,26 @@ if triton is not None:
                 rows = _x_rows(x_cols, k, tl.arange(0, GROUP_ROWS), m_in, IN, EVEN_IN)
                 acc += s[:, None] * tl.dot(operand, rows, input_precision="ieee")
         launch_next(PDL)
+        if NORM:
+            acc = acc * inverse_rms[None, :]
         if SWIGLU:
             _store_swiglu(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS, BLOCK_N)
+        elif ONTO:
+            _store_onto(
+                acc,
+                part_ptr,
+                y_ptr,
+                residual_ptr,
+                norm_w_ptr,
+                weighted_ptr,
+                squares_ptr,
+                ticket_ptr,
+                rm,
+                rn,
+                M,
+                N,
+                SPLITS,
+            )
         else:
             store_split(acc, part_ptr, y_ptr, ticket_ptr, rm, rn, M, N, SPLITS)
 
@@ -353,6 +457,58 @@ if triton is not None:
             out = fused_ops.swiglu(gate, up, y_ptr)
             tl.store(y_ptr + (rm.to(tl.int64) * (N // 2))[None, :] + cols, out.to(y_ptr.dtype.element_ty), mask=m_in)
             tl.store(tile_ticket(ticket_ptr), 0)
+
+    @triton.jit
+    def _store_onto(
+        acc,
+        part_ptr,
+        y_ptr,
+        residual_ptr,
+        w_ptr,
+        weighted_ptr,
+        squares_ptr,
+        ticket_ptr,
+        rm,
+        rn,
+        M,
+        N,
+        SPLITS: tl.constexpr,
+    ):
+        """store_split of the residual stream plus the product, with the tile times the next norm's weight and
+        each row's sum of squares of the tile's columns into squares[column block, row] (FoldedNorm)."""
+        tile = (rm.to(tl.int64) * N)[None, :] + rn[:, None]
+        inside = (rm < M)[None, :] & (rn < N)[:, None]
+        residual = tl.load(residual_ptr + tile, mask=inside, other=0.0).to(tl.float32)  # before the ticket's wait
+        weight = tl.load(w_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+        if SPLITS == 1:
+            _add_onto(acc, residual, weight, y_ptr, weighted_ptr, squares_ptr, tile, inside, rm, M)
+        elif arrived_last(acc, part_ptr, ticket_ptr, tile, inside, M, N):
+            total = summed_parts(part_ptr, tile, inside, M, N, SPLITS)
+            _add_onto(total, residual, weight, y_ptr, weighted_ptr, squares_ptr, tile, inside, rm, M)
+            tl.store(tile_ticket(ticket_ptr), 0)
+
+    @triton.jit
+    def _add_onto(total, residual, weight, y_ptr, weighted_ptr, squares_ptr, tile, inside, rm, M):
+        """The product rounded as the GEMM stores it, added to the residual and rounded as fused_ops.rms_norm
+        adds a residual; stored, with it times the norm's weight (rounded) and its rows' sums of squares over
+        the tile's columns."""
+        h = tl.where(inside, fused_ops._rounded(residual + fused_ops._rounded(total, y_ptr), y_ptr), 0.0)
+        tl.store(y_ptr + tile, h.to(y_ptr.dtype.element_ty), mask=inside)
+        tl.store(weighted_ptr + tile, (h * weight[:, None]).to(y_ptr.dtype.element_ty), mask=inside)
+        tl.store(squares_ptr + tl.program_id(0) * M + rm, tl.sum(h * h, axis=0), mask=rm < M)
+
+    @triton.jit
+    def _inverse_rms(squares_ptr, rm, m_in, M, blocks, IN, eps, BLOCKS: tl.constexpr):
+        """1 / the RMS of each input row, from its sums of squares by column block (summed in one fixed
+        order; read past L1: the GEMM before wrote them)."""
+        block = tl.arange(0, BLOCKS)
+        squares = tl.load(
+            squares_ptr + block[:, None] * M + rm[None, :],
+            mask=(block < blocks)[:, None] & m_in[None, :],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        return tl.rsqrt(tl.sum(squares, axis=0) / IN + eps)
 
     @triton.jit
     def _x_rows(x_cols, k, rk, m_in, IN, EVEN_IN: tl.constexpr):

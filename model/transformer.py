@@ -19,6 +19,7 @@ from torch import nn
 from contracts import UsageError
 from model import dense_gemv, fused_ops, triton_support
 from model.awq import AWQLinear
+from model.awq_triton import FoldedNorm
 from model.config import SLIDING, Llama3RopeScaling, ModelConfig
 
 
@@ -265,6 +266,8 @@ class Transformer(nn.Module):
         self.qkv_in_attention = True  # decode widths: q/k norms, RoPE, cache write in the attention (qkv_attention)
         self.gemv_route = dense_gemv.OFF  # fused projections of few rows through model/dense_gemv.py (attach)
         self.persistent_body = None  # one-token forwards in one kernel (model/persistent_body.py, attach)
+        # an int4 model's decode forwards: each layer's RMSNorms folded into the GEMMs around them (_folds_norms)
+        self.norms_in_gemms = True
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -388,19 +391,24 @@ class Transformer(nn.Module):
     def _forward_fused(self, tokens: torch.Tensor, pos: torch.Tensor, tree=None, split_slots=None) -> torch.Tensor:
         """forward_hidden in a few launches per layer (model/fused_ops.py): at decode widths the q/k norms,
         RoPE and cache write run inside the attention kernel, otherwise in their own; each residual add is
-        fused into the next norm. A one-token forward without a tree takes the persistent kernel where
-        one is attached (model/persistent_body.py)."""
+        fused into the next norm, or on an int4 model both into its GEMMs (_folds_norms). A one-token
+        forward without a tree takes the persistent kernel where one is attached (model/persistent_body.py)."""
         if self.persistent_body is not None and tokens.shape[1] == 1 and tree is None:
             return self.persistent_body.forward(tokens, pos)
         eps, route = self.config.rms_norm_eps, self.gemv_route
         cos, sin = getattr(self, _rope_name("cos", False)), getattr(self, _rope_name("sin", False))
         qk_norms = self.config.qk_norm
         one_launch = self.qkv_in_attention and fused_ops.takes_qkv(tokens.shape[1], split_slots, tree)
-        h, delta = self.embed_tokens(tokens[0]), None
-        for layer in self.layers:
+        folds = self._folds_norms(tokens.shape[1])
+        h, delta, squares = self.embed_tokens(tokens[0]), None, None
+        next_norms = [layer.input_layernorm.weight for layer in self.layers[1:]] + [self.norm.weight]
+        for layer, next_norm in zip(self.layers, next_norms):
             attn, mlp = layer.self_attn, layer.mlp
-            h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
-            qkv = route.project(attn.qkv_proj, x)
+            if squares is None:
+                h, x = fused_ops.rms_norm(h, layer.input_layernorm.weight, eps, delta)
+                qkv = route.project(attn.qkv_proj, x)
+            else:
+                qkv = attn.qkv_proj(x, FoldedNorm(eps, squares))
             prepare = (
                 attn.q_norm.weight if qk_norms else None,
                 attn.k_norm.weight if qk_norms else None,
@@ -419,9 +427,28 @@ class Transformer(nn.Module):
                 out = fused_ops.attention(
                     q, attn.k_cache, attn.v_cache, pos, attn.scale, split_slots, tree, self.attention_tickets
                 )
-            h, x = fused_ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out))
-            delta = route.mlp(mlp, x)
+            if folds:
+                h, x, squares = attn.o_proj.onto(out, h, layer.post_attention_layernorm.weight)
+                activation = mlp.gate_up_proj.swiglu(x, FoldedNorm(eps, squares))
+                h, x, squares = mlp.down_proj.onto(activation, h, next_norm)
+            else:
+                h, x = fused_ops.rms_norm(
+                    h, layer.post_attention_layernorm.weight, eps, route.project(attn.o_proj, out)
+                )
+                delta = route.mlp(mlp, x)
         return fused_ops.rms_norm(h, self.norm.weight, eps, delta)[1][None]
+
+    def _folds_norms(self, rows: int) -> bool:
+        """Whether a fused forward of `rows` rows folds each layer's RMSNorms into its int4 GEMMs: o_proj and
+        down_proj add onto the residual stream and write its rows times the next norm's weight with their sums
+        of squares; the q/k/v and gate/up GEMMs after them take those rows and scale their sums by each row's
+        1 / RMS (awq_triton.FoldedNorm). The first layer's input norm and the last norm stay kernels. Every
+        projection must run our Triton GEMM at these rows (AWQLinear.folds_norms)."""
+        if not self.norms_in_gemms or self.config.quant != "awq":
+            return False
+        projections = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+        modules = [layer.get_submodule(name) for layer in self.layers for name in projections]
+        return all(isinstance(module, AWQLinear) and module.folds_norms(rows) for module in modules)
 
     @property
     def head_weight(self) -> torch.Tensor:

@@ -130,12 +130,13 @@ def test_target_attention_settings_start_at_the_default_and_size_the_tickets_for
 
 def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_only_on_a_change(monkeypatch):
     assert routes.target_kernel_choices() == {
-        "all off": (False, False, False, False, False),
-        "signal next": (True, False, False, False, False),
-        "swiglu in gemm": (True, True, False, False, False),
-        "early after norms": (True, True, True, False, False),
-        "early after gemms": (True, True, True, True, False),
-        "early after attention": (True, True, True, True, True),
+        "all off": (False, False, False, False, False, False),
+        "signal next": (True, False, False, False, False, False),
+        "swiglu in gemm": (True, True, False, False, False, False),
+        "early after norms": (True, True, True, False, False, False),
+        "early after gemms": (True, True, True, True, False, False),
+        "norms in gemms": (True, True, True, True, True, False),
+        "early after attention": (True, True, True, True, True, True),
     }
     repacked = []
 
@@ -170,14 +171,16 @@ def test_target_kernel_settings_turn_on_one_after_another_and_repack_gate_up_onl
     routes.set_target_kernels(model, True, True, False, True)
     assert early(model) == {(False, False, False, True)}
     routes.set_target_kernels(model, True, True, False, False, True)
-    assert early(model) == {(False, True, False, False)}
-    routes.set_target_kernels(model, True, True, True, True, True)
+    assert (early(model), model.norms_in_gemms) == ({(False, False, False, False)}, True)
+    routes.set_target_kernels(model, True, True, False, False, False, True)
+    assert (early(model), model.norms_in_gemms) == ({(False, True, False, False)}, False)
+    routes.set_target_kernels(model, True, True, True, True, True, True)
     assert early(model) == {(True, True, True, True)}
-    assert routes.target_kernel_state(model) == (True, True, True, True, True)
+    assert routes.target_kernel_state(model) == (True,) * 6
     routes.set_target_kernels(model, False, False)
     assert awq_triton.SIGNAL_NEXT is False
     assert repacked == [("triton", torch.bfloat16, False)] * 2
-    assert early(model) == {(False, False, False, False)}
+    assert (early(model), model.norms_in_gemms) == ({(False, False, False, False)}, False)
 
 
 def test_awq_shapes_are_the_merged_projections_of_qwen3_32b():
