@@ -33,15 +33,16 @@ default all, in this order):
   (awq_triton.SIGNAL_NEXT), then SwiGLU formed in the gate/up GEMM's last split (AWQLinear.gate_up, the
   planes repacked), then the int4 GEMMs that follow a norm (q/k/v, gate/up) launched early, each program
   waiting for the norm before it reads anything (AWQLinear.launch_early), then down after the gate/up GEMM,
-  then o after the attention; each row with its hidden states' largest difference from all off
-  (`max_abs_diff`: 0 where the bits are the same).
+  then each layer's RMSNorms folded into its GEMMs (Transformer.norms_in_gemms), then o after the attention;
+  each row with its hidden states' largest difference from all off (`max_abs_diff`: 0 where the bits are the
+  same).
 - `target-width`: the same step with every target decode forward at 16 rows and 16-row int4 programs (the
   decoder of sessions 17-25), at 8 rows with 16-row programs, and at 8 rows with 8-row programs (the
   default since session 26), each with `max_abs_diff` from the first.
 - `target-ablation`: the same step with kernel classes taken out of its graph (TARGET_ABLATIONS: the
-  RMSNorms, the attention, the int4 GEMMs, or the GEMMs left as one-element launches). Its values are then
-  wrong; what it measures is each class's share of the step's critical path, its kernels' starts and drains
-  included: a bound on what fusing the class away could buy.
+  RMSNorms, the attention, the int4 GEMMs, or the GEMMs left as one-element launches), the norms as kernels
+  of their own. Its values are then wrong; what it measures is each class's share of the step's critical
+  path, its kernels' starts and drains included: a bound on what fusing the class away could buy.
 - `draft-attention`: the Qwen3-0.6B draft step (fused kernels, dense head, one graph replay) at contexts
   300 and 4,000 with split-KV attention off and at each of SPLIT_CHOICES slots per program, against
   the step's floor (weights, head and the key-value cache read at a copy rate measured in the same run).

@@ -37,6 +37,11 @@ bytes are in flight. The layout and the kernel are built for both:
 - The epilogue (docs/design.md, "Decoder speed: the int4 GEMM's epilogue"): each program lets the next
   kernel launch once its sums are done (SIGNAL_NEXT), and planes of a merged gate/up weight packed in
   swiglu_order make the last split write silu(gate) * up, the bits of fused_ops.silu_mul after the GEMM.
+- RMSNorms folded in (FoldedNorm; docs/design.md, "Decoder speed: the RMSNorms folded into the int4 GEMMs"):
+  o_proj's and down_proj's last splits add their tile onto the residual stream, and write it times the next
+  norm's weight with each row's sum of squares over the tile (`w4a16_matmul_onto`); the q/k/v or gate/up
+  GEMM after reads those rows as its x and scales each row's sums by 1 / RMS. The rows' normalization in
+  the GEMM's loop instead made the 32B step 7-10% slower; this way it is 1-2% faster.
 
 Measured (H200, Qwen3-32B's four GEMMs x 64 layers, M = 8, bf16, per call in a CUDA graph with L2
 evicted; records in git history at 10011a5, reports/h200/session5/; see reports/HISTORY.md): the previous

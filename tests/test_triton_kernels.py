@@ -308,3 +308,81 @@ def test_awq_gate_up_gemm_forms_swiglu_with_the_bits_of_silu_mul(dtype):
     layer.select_kernel("triton", dtype=dtype)
     assert torch.equal(layer(x), awq_triton.w4a16_matmul(x, paired._replace(swiglu=False))[:, in_order])
     assert torch.equal(layer.swiglu(x), fused_ops.silu_mul(layer(x)))
+
+
+HALF = [torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + HALF)
+def test_awq_triton_onto_adds_the_residual_and_weights_rows_as_the_norm_kernel_does(dtype):
+    """o_proj and down_proj of a model whose norms are folded (Transformer._folds_norms): the residual add
+    with fused_ops.rms_norm's bits, the rows times the next norm's weight, and their sums of squares by
+    column block."""
+    layer = _awq_layer(256, 256, 64, seed=9)
+    planes = _planes(layer, 64)  # four column blocks
+    g = torch.Generator().manual_seed(10)
+    x, residual = (torch.randn(5, 256, generator=g).to(DEVICE, dtype) for _ in range(2))
+    weight = (torch.rand(256, generator=g) + 0.5).to(DEVICE, dtype)
+    for splits in (1, 2):
+        h, weighted, squares = awq_triton.w4a16_matmul_onto(x, planes, residual, weight, splits=splits)
+        product = awq_triton.w4a16_matmul(x, planes, splits=splits)
+        assert torch.equal(h, fused_ops.rms_norm(residual, weight, 1e-6, product)[0])
+        assert torch.equal(weighted, (h.float() * weight.float()).to(dtype))
+        assert squares.shape == (4, 5) and squares.dtype == torch.float32
+        by_block = (h.float() ** 2).view(5, 4, 64).sum(2).T
+        torch.testing.assert_close(squares, by_block, rtol=1e-5, atol=0)
+    paired = _planes(layer, 64, swiglu=True)
+    for bad in ((x, paired, residual, weight), (x, planes, residual[:4], weight), (x, planes, residual, weight[:8])):
+        with pytest.raises(ValueError):
+            awq_triton.w4a16_matmul_onto(*bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + HALF)
+def test_awq_triton_folded_norm_gives_the_norm_kernel_then_the_gemm(dtype):
+    """q/k/v and gate/up of a model whose norms are folded: the rows times the norm's weight, each row's
+    sums scaled by its 1 / RMS, against fused_ops.rms_norm's output through the same GEMM (the roundings
+    differ: the norm rounds x / RMS before the weight)."""
+    before, after = _awq_layer(256, 256, 64, seed=11), _awq_layer(256, 256, 64, seed=12)
+    g = torch.Generator().manual_seed(13)
+    x, residual = (torch.randn(5, 256, generator=g).to(DEVICE, dtype) for _ in range(2))
+    weight = (torch.rand(256, generator=g) + 0.5).to(DEVICE, dtype)
+    h, weighted, squares = awq_triton.w4a16_matmul_onto(x, _planes(before, 64), residual, weight)
+    normed = fused_ops.rms_norm(h, weight, 1e-6)[1]
+    tolerance = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    for planes in (_planes(after), _planes(after, swiglu=True)):
+        want = awq_triton.w4a16_matmul(normed, planes).float()
+        got = awq_triton.w4a16_matmul(weighted, planes, norm=awq_triton.FoldedNorm(1e-6, squares)).float()
+        assert got.shape == want.shape and (got - want).abs().max() <= tolerance * want.abs().max()
+
+
+@pytest.mark.parametrize("spec", ["tiny-qwen3-awq", "tiny-llama-awq"])
+def test_fused_awq_forward_folds_its_norms_into_our_int4_kernel(spec, monkeypatch):
+    """With every projection on the Triton GEMM, a fused forward runs two RMSNorm kernels (the first layer's
+    input norm and the last norm) and matches the torch path; any projection on another kernel, at prefill
+    rows, or all-reduced (tensor parallel) keeps every norm a kernel."""
+    reference, fused = _pair(spec)
+    projections = [module for module in fused.modules() if isinstance(module, AWQLinear)]
+    for module in projections:
+        module.select_kernel("triton", dtype=torch.float32)
+    norms = []
+    kernel = fused_ops.rms_norm
+    monkeypatch.setattr(fused_ops, "rms_norm", lambda *args: norms.append(1) or kernel(*args))
+    tokens, pos = torch.tensor([[5, 9, 200]], device=DEVICE), torch.arange(3, device=DEVICE)
+    want = reference.forward_hidden(tokens, pos)
+    for folded in (True, False):
+        fused.norms_in_gemms, norms[:] = folded, []
+        got = fused.forward_hidden(tokens, pos)
+        assert len(norms) == (2 if folded else 2 * fused.config.n_layers + 1)
+        assert (want - got).abs().max() < TOL * want.abs().max()
+    fused.norms_in_gemms = True
+    assert fused._folds_norms(3)
+    projections[-1].prefill_rows = 3
+    assert fused._folds_norms(2) and not fused._folds_norms(3)
+    projections[-1].prefill_rows = None
+    projections[1].reduces_output = True
+    assert not fused._folds_norms(3)
+    del projections[1].reduces_output
+    projections[2].select_kernel("dequant")
+    assert not fused._folds_norms(3)
+    with pytest.raises(ValueError, match="Triton"):
+        projections[2](torch.zeros(1, projections[2].in_features, device=DEVICE), awq_triton.FoldedNorm(1e-6, None))
