@@ -359,7 +359,7 @@ if triton is not None:
         part_ptr,
         y_ptr,
         ticket_ptr,
-        norm_w_ptr,
+        norm_weight_ptr,
         weighted_ptr,
         squares_ptr,
         residual_ptr,
@@ -389,8 +389,8 @@ if triton is not None:
         stored by split_k.store_split (SWIGLU: _store_swiglu; ONTO: _store_onto, added to the residual
         stream, with the rows times the next norm's weight and their sums of squares); PDL: the next kernel
         may launch once the sums are done; WAIT: launched early, it waits for the kernel before it first.
-        NORM: the sums scaled by each row's 1 / RMS (FoldedNorm). MAGIC: OFFSET's bit pattern (0 for float32 activations); a constexpr, or Triton
-        would not load the words in the dot's layout."""
+        NORM: the sums scaled by each row's 1 / RMS (FoldedNorm). MAGIC: OFFSET's bit pattern (0 for float32
+        activations); a constexpr, or Triton would not load the words in the dot's layout."""
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         pid_m = tl.program_id(2)
@@ -433,7 +433,7 @@ if triton is not None:
                 part_ptr,
                 y_ptr,
                 residual_ptr,
-                norm_w_ptr,
+                norm_weight_ptr,
                 weighted_ptr,
                 squares_ptr,
                 ticket_ptr,
