@@ -37,6 +37,7 @@ from . import beta_plot
 from .recall import (
     STUDY_CATEGORIES,
     cached_states,
+    check_sizes,
     clustering_for,
     load_real_checkpoint,
     profile_to_extend,
@@ -212,6 +213,7 @@ def parser() -> OneLineParser:
 
 def run(argv) -> list[Path]:
     args = parser().parse_args(argv)
+    check_sizes(args)
     temperatures = parse_numbers(args.temperatures, float, "--temperatures")
     probes = parse_numbers(args.probes, int, "--probes")
     out = Path(args.out)

@@ -13,8 +13,9 @@ import math
 import sys
 from pathlib import Path
 
+from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
-from contracts.files import read_json
+from contracts.files import check_output_file, read_json
 
 FILE = "beta_by_category.png"
 
@@ -60,7 +61,14 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         result = read_json(args.beta_json, "beta result")
         out = Path(args.beta_json).with_name(FILE)
-        category_figure(result, out)
+        check_output_file(out, "the figure", "figure")
+        try:
+            category_figure(result, out)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
+            raise UsageError(
+                f"{args.beta_json}: not a beta.json of python -m measure.beta (per_category, model_label and "
+                f"weights as it writes them; {type(error).__name__}: {error})"
+            ) from None
         print(f"wrote {out}")
 
     return run_command(body)

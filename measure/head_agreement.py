@@ -40,7 +40,9 @@ from model.decoder import Decoder, cache_room
 from model.head_assets import training_prompt_ids
 from model.heads import DenseHead, PositionalHead, RouterHead, heads_by_position
 from model.loading import load_model
+from model.memory import check_cache
 from model.pair import Pair
+from model.sampling import MAX_SEED
 
 _GATHERED = 1 << 24  # head-row elements a pooled call may gather at once (rows x scored tokens x d)
 
@@ -134,10 +136,14 @@ def run(args) -> int:
     specs = parse_heads(args.heads)
     if args.K < 1 or args.stride < args.K or args.per_category < 1 or args.new_tokens <= args.K:
         raise UsageError("need --K >= 1, --stride >= --K, --per-category >= 1 and --new-tokens > --K")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {args.seed}")
     check_output_file(Path(args.out), "--out")
     categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
     prompts = training_prompts(categories, args.per_category)
     loaded = load_model(args.draft, "cpu", None, args.seed + 1, max_seq_len=1)
+    room = cache_room(args.prompt_max, args.new_tokens, args.K)
+    check_cache(loaded.model, room, "--prompt-max and --new-tokens")
     pair = Pair(loaded, loaded, "cpu", args.seed, args.clustering, args.head_assets)
     heads = {spec.label: pair.head(spec) for spec in specs}
     trained = training_prompt_ids(args.head_assets)
@@ -145,7 +151,7 @@ def run(args) -> int:
     if overlap:
         raise UsageError(f"evaluation prompts {', '.join(overlap[:5])} were used to build the head assets")
     model = loaded.model
-    model.setup_cache(cache_room(args.prompt_max, args.new_tokens, args.K))
+    model.setup_cache(room)
     dense = DenseHead(model.head_weight)
     reference = Decoder(model, graphs=False, phases=False, K=1)
     per_round = {name: defaultdict(lambda: [[0, 0, 0] for _ in range(args.K)]) for name in heads}

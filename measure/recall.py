@@ -43,12 +43,27 @@ from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
 from model.prompts import load_questions
+from model.sampling import MAX_SEED
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 STUDY_CATEGORIES = ("multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag")
 MAX_PROBES = 1024
 _CHUNK = 256
 _BUILD_FILE = "build.json"
+
+
+def check_sizes(args) -> None:
+    """The numbers the real-weights commands (recall, beta, tree_rates) share, refused before any model
+    is loaded: beyond these a run cannot hold its states, start its threads or seed its clustering."""
+    for option, value, low, high in (
+        ("--per-category", args.per_category, 1, 10_000),
+        ("--new-tokens", args.new_tokens, 1, 4096),
+        ("--prompt-max-len", args.prompt_max_len, 1, 32_768),
+        ("--threads", args.threads, 1, 1024),
+        ("--seed", args.seed, 0, MAX_SEED),
+    ):
+        if not low <= value <= high:
+            raise UsageError(f"{option} must be in {low}..{high:,}, got {value}")
 
 
 def profile_to_extend(path: str | None) -> dict | None:
@@ -584,6 +599,7 @@ def layer_counts(text: str) -> list[int]:
 
 
 def run(args) -> list[Path]:
+    check_sizes(args)
     check_output_folder(Path(args.out), "--out")
     if args.sim_agreement:
         check_output_file(Path(args.sim_agreement), "--sim-agreement")

@@ -39,6 +39,7 @@ from contracts.trees import MAX_BRANCHING, MAX_DEPTH
 from .recall import (
     STUDY_CATEGORIES,
     cached_states,
+    check_sizes,
     load_real_checkpoint,
     profile_to_extend,
     study_prompts,
@@ -219,16 +220,10 @@ def parser() -> OneLineParser:
 
 def check_args(args) -> None:
     """Bad numbers are refused before anything is loaded."""
-    for option, value, high in (
-        ("--depths", args.depths, MAX_DEPTH),
-        ("--top-k", args.top_k, MAX_BRANCHING),
-        ("--per-category", args.per_category, 10_000),
-        ("--new-tokens", args.new_tokens, 4096),
-        ("--prompt-max-len", args.prompt_max_len, 32_768),
-        ("--threads", args.threads, 1024),
-    ):
+    for option, value, high in (("--depths", args.depths, MAX_DEPTH), ("--top-k", args.top_k, MAX_BRANCHING)):
         if not 1 <= value <= high:
             raise UsageError(f"{option} must be in 1..{high}, got {value}")
+    check_sizes(args)
 
 
 def run(argv) -> list[Path]:

@@ -29,8 +29,10 @@ from model.cli import run_torch_command  # noqa: E402
 from model.decoder import Decoder, cache_room  # noqa: E402
 from model.head_assets import Shortlist, save_router, save_shortlist  # noqa: E402
 from model.loading import load_model  # noqa: E402
+from model.memory import check_cache  # noqa: E402
 from model.prompts import Prompt, load_questions  # noqa: E402
 from model.router import build_router  # noqa: E402
+from model.sampling import MAX_SEED  # noqa: E402
 
 KINDS = ("shortlist", "router")
 # Spec-Bench categories heads are trained on, and the ones held out for evaluation (disjoint).
@@ -44,6 +46,8 @@ def training_prompts(categories: tuple[str, ...], per_category: int, path=None) 
     questions = load_questions(path)
     known = list(dict.fromkeys(q.category for q in questions))
     unknown = [c for c in categories if c not in known]
+    if not categories:
+        raise UsageError(f"--categories names no category; valid: {', '.join(known)}")
     if unknown:
         raise UsageError(f"unknown categories {', '.join(unknown)}; valid: {', '.join(known)}")
     chosen = []
@@ -122,6 +126,8 @@ def run(args) -> int:
     for name in ("per_category", "prompt_max", "new_tokens", "router_epochs", "router_iters"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {args.seed}")
     categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
     held = [c for c in categories if c in HELD_OUT_CATEGORIES]
     if held:
@@ -130,9 +136,10 @@ def run(args) -> int:
     check_output_folder(out, "--out")
     prompts = training_prompts(categories, args.per_category, args.prompts_file)
     loaded = load_model(args.draft, "cpu", None, args.seed + 1, max_seq_len=1)
+    check_cache(loaded.model, cache_room(args.prompt_max, args.new_tokens, 1), "--prompt-max and --new-tokens")
     weight = loaded.model.head_weight.detach()
     vocab = weight.shape[0]
-    clusters = args.router_clusters or max(1, vocab // 128)
+    clusters = max(1, vocab // 128) if args.router_clusters is None else args.router_clusters
     if not 1 <= clusters <= vocab:
         raise UsageError(f"--router-clusters must be in [1, {vocab}], got {clusters}")
     samples = draft_samples(loaded, prompts, args.prompt_max, args.new_tokens)

@@ -26,6 +26,7 @@ from contracts import UsageError
 DRAFT, ACCEPT, RACE = 0, 1, 2  # purposes of the random numbers of one position
 _MASK = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
+MAX_SEED = 2**32 - 1  # the simulator's bound too (sim.scenario.LIMITS); seed + 1 still seeds a torch generator
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class SamplingSettings:
             raise UsageError(f"--top-k must be >= 0 (0 keeps every token), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1] (1 keeps every token), got {self.top_p}")
-        if self.seed < 0:
-            raise UsageError(f"--seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {self.seed}")
         if self.greedy and (self.top_k or self.top_p < 1):
             raise UsageError("--top-k and --top-p apply when sampling: give --temperature > 0 as well")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import platform
 import shlex
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 from contracts.files import MAX_INPUT_BYTES, check_output_folder, staged, write_atomic
 from contracts.progress import Progress
@@ -446,8 +448,13 @@ def main(argv=None) -> int:
 
 
 def _run(args, argv) -> int:
+    if not 0 < args.timeout < math.inf:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     check_output_folder(Path(args.out), "--out")
     chosen = [c for c in cases() if args.only is None or args.only in c.name]
+    if not chosen:
+        names = ", ".join(repr(c.name) for c in cases())
+        raise UsageError(f"--only {args.only!r} is in no case's name; valid: text from one of {names}")
     torch = importlib.util.find_spec("torch") is not None
     results = []
     with Progress(len(chosen), "limits", "case") as progress:
@@ -474,7 +481,8 @@ def _run(args, argv) -> int:
         write_atomic(folder / "report.md", report(results, header))
     unexpected = [r["name"] for r in results if not r["outcome"].startswith(("skipped", r["expect"]))]
     for r in results:
-        print(f"{r['outcome']:>9}  {r.get('wall_s', '-'):>7} s  {r.get('peak_rss_mib', '-'):>7} MiB  {r['name']}")
+        peak = r.get("peak_rss_mib") or "-"  # none for a skipped case, or one stopped before it could say
+        print(f"{r['outcome']:>9}  {r.get('wall_s', '-'):>7} s  {peak:>7} MiB  {r['name']}")
     print(f"wrote {Path(args.out) / 'report.md'} and limits.json")
     if unexpected:
         print(f"error: not as the limits say: {', '.join(unexpected)}", file=sys.stderr)

@@ -102,6 +102,9 @@ def test_adaptive_policies():
         (["--threads", "0"], "error: argument --threads: must be at least 1, got 0"),
         (["--exit-layers", "6,x"], "error: argument --exit-layers: expected an integer, got 'x'"),
         (["--new-tokens", "-1"], "error: argument --new-tokens: must be at least 1, got -1"),
+        (["--new-tokens", "100000000"], "error: --new-tokens must be in 1..4,096, got 100000000"),
+        (["--threads", "100000"], "error: --threads must be in 1..1,024, got 100000"),
+        (["--seed", str(2**64)], "error: --seed must be in 0..4,294,967,295"),
     ],
 )
 def test_recall_refuses_bad_input_before_loading_anything(argv, message, tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from contracts.profile import check_profile
-from measure import beta
+from measure import beta, beta_plot
 from model.flashhead import build_clustering
 from tests.sim_fixtures import tiny_profile
 
@@ -74,6 +74,9 @@ def test_summary_means_over_states_with_an_interval_over_prompts_and_goes_into_a
         (["--model", "tiny-gemma3"], "not a checkpoint folder with config.json"),
         (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
         (["--new-tokens", "0"], "argument --new-tokens: must be at least 1, got 0"),
+        (["--new-tokens", "100000000"], "--new-tokens must be in 1..4,096"),
+        (["--threads", "100000"], "--threads must be in 1..1,024"),
+        (["--seed", str(2**64)], "--seed must be in 0..4,294,967,295"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
@@ -84,3 +87,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[1, 2]", json.dumps(tiny_profile()), json.dumps({"per_category": {}})],
+    ids=["a list", "a profile", "no categories"],
+)
+def test_beta_plot_refuses_a_json_file_that_is_not_a_beta_result(content, tmp_path, capsys):
+    path = tmp_path / "beta.json"
+    path.write_text(content)
+    assert beta_plot.main([str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: not a beta.json of python -m measure.beta"), err
+    assert not (tmp_path / beta_plot.FILE).exists()

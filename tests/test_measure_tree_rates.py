@@ -88,6 +88,8 @@ def test_a_draft_equal_to_the_target_has_every_rate_one_and_a_shifted_one_does_n
     [
         (["--depths", "0"], "--depths must be in 1..16"),
         (["--top-k", "17"], "--top-k must be in 1..16"),
+        (["--threads", "100000"], "--threads must be in 1..1,024"),
+        (["--seed", "-1"], "--seed must be in 0..4,294,967,295"),
         (["--model", "tiny-gemma3"], "not a checkpoint folder with config.json"),
     ],
 )

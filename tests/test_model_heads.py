@@ -304,6 +304,10 @@ def test_speculative_output_is_exact_under_every_head(same_models, schedule):
         (["--categories", "poetry"], "unknown categories poetry"),
         (["--kind", "sparse"], "unknown kind 'sparse'"),
         (["--new-tokens", "0"], "--new-tokens must be >= 1"),
+        (["--categories", ""], "--categories names no category; valid: writing"),
+        (["--seed", str(2**64)], "--seed must be in 0..4,294,967,295"),
+        (["--router-clusters", "0"], "--router-clusters must be in [1, 512], got 0"),
+        (["--new-tokens", "100000000"], "--prompt-max and --new-tokens: a cache of 100,000,"),
     ],
 )
 def test_build_head_refuses_bad_input_before_any_work(tmp_path, capsys, argv, message):
@@ -313,6 +317,24 @@ def test_build_head_refuses_bad_input_before_any_work(tmp_path, capsys, argv, me
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "assets").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--categories", ""], "--categories names no category; valid: writing"),
+        (["--seed", str(2**64)], "--seed must be in 0..4,294,967,295"),
+        (["--new-tokens", "100000000"], "--prompt-max and --new-tokens: a cache of 100,000,"),
+    ],
+)
+def test_head_agreement_refuses_bad_input_before_any_work(tmp_path, capsys, argv, message):
+    from measure import head_agreement
+
+    out = tmp_path / "agreement.json"
+    assert head_agreement.main(["--heads", "flashhead:4", "--per-category", "1", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
 
 
 def test_dense_logits_equal_the_linear_product_for_every_row_count():

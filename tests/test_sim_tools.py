@@ -43,3 +43,27 @@ def test_an_output_no_one_can_write_is_refused_before_the_work(tool, tmp_path, c
         f"error: {argv[0]} {argv[1]}: /proc is not writable (No such file or directory)"
     ]
     assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--timeout", "0"], "error: --timeout must be a positive number of seconds, got 0.0"),
+        (["--timeout", "nan"], "error: --timeout must be a positive number of seconds, got nan"),
+        (["--only", "nothing"], "error: --only 'nothing' is in no case's name; valid: text from one of 'K at its"),
+    ],
+)
+def test_limits_refuses_a_timeout_or_selection_that_runs_nothing(argv, message, tmp_path, capsys):
+    assert importlib.import_module("sim.limits").main(["--out", str(tmp_path / "limits"), *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(message), err
+    assert not (tmp_path / "limits").exists()
+
+
+def test_limits_reports_a_case_stopped_before_it_could_measure_itself(tmp_path, capsys):
+    """A case killed at its timeout has no peak memory: it is reported, not a crash."""
+    out = tmp_path / "limits"
+    limits = importlib.import_module("sim.limits")
+    assert limits.main(["--out", str(out), "--only", "K beyond", "--timeout", "0.01"]) == 1
+    assert "timed out" in capsys.readouterr().out
+    assert (out / "report.md").is_file() and (out / "limits.json").is_file()
