@@ -155,7 +155,13 @@ def parse_args(argv):
         metavar="KEY=VALUE",
         help="a change to compare against the scenario (repeatable; applied together)",
     )
-    add("--sweep", default=None, metavar="KEY=V1,V2,...", help="run the scenario for each value")
+    add(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="run the scenario for each value (one sweep a command)",
+    )
     add("--out", default=None, help="folder for results.json, results.csv and plots (created whole at the end)")
     add("--plot", action="store_true", help="write PNG figures into --out")
     add(
@@ -234,8 +240,10 @@ def plan(args) -> Plan:
             changed = with_change(changed, *parse_change(text))
         result.add(work(resolve(changed), ceiling))
         result.what_if = changed
+    if len(args.sweep) > 1:
+        raise UsageError(f"--sweep: one sweep a command, got {len(args.sweep)} ({', '.join(args.sweep)})")
     if args.sweep:
-        key, op, values = parse_change(args.sweep)
+        key, op, values = parse_change(args.sweep[0])
         result.sweep_key = key
         for value in _sweep_points(key, values):
             changed = with_change(base, key, op, value, label=f"sweep {key}")
@@ -313,7 +321,7 @@ def _run(args) -> int:
         if todo.sweep_key == "head":
             print()
             print(ranking(sweep_rows))
-        payload.update(sweep=args.sweep)
+        payload.update(sweep=args.sweep[0])
         out_rows = sweep_rows
     print()
     print(LEGEND.rstrip())

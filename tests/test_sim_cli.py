@@ -125,6 +125,7 @@ BAD = [
     (["--prompts", "10000", "--max-new-tokens", "30000"], "decode tokens one configuration may simulate"),
     (["--what-if", "draft.body_ms*=-1"], "must be a number in 0..1e+06"),
     (["--sweep", "K=2,4,0"], "sweep K: must be in 1..64, got 0"),
+    (["--sweep", "K=2", "--sweep", "probes=2,4"], "--sweep: one sweep a command, got 2 (K=2, probes=2,4)"),
     (["--what-if", "probes=two"], "what-if probes: expected an integer"),
     (["--acceptance", "1.5"], "acceptance must be in [0, 1]"),
     (["--acceptance=-0.1,0.5"], "acceptance[0]: acceptance must be in [0, 1]"),
