@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from model import awq_triton, flashhead_triton, fused_ops, triton_support
 from model.awq import AWQLinear, KernelUnavailable, unpack_int4
-from model.decoder import Decoder
+from model.decoder import Decoder, width
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead
 from model.loading import load_model
@@ -386,3 +386,23 @@ def test_fused_awq_forward_folds_its_norms_into_our_int4_kernel(spec, monkeypatc
     assert not fused._folds_norms(3)
     with pytest.raises(ValueError, match="Triton"):
         projections[2](torch.zeros(1, projections[2].in_features, device=DEVICE), awq_triton.FoldedNorm(1e-6, None))
+
+
+@pytest.fixture(scope="module")
+def folded_target():
+    """An int4 target on our Triton GEMM, so that its fused forwards fold the RMSNorms in, and its greedy
+    reference."""
+    target = load_model("tiny-qwen3-awq", DEVICE, "float32", seed=1, max_seq_len=ROOM, kernels="fused").model
+    for module in target.modules():
+        if isinstance(module, AWQLinear):
+            module.select_kernel("triton", dtype=torch.float32)
+    assert target._folds_norms(width(3))  # the rows of every decode forward
+    return target, Decoder(target, K=1, graphs=False).reference(list(b"Hi there"), 10)
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "pipelined", "deferred", "pipelined-deferred"])
+def test_speculative_output_is_target_greedy_with_the_norms_folded(folded_target, schedule):
+    target, want = folded_target
+    draft = load_model("tiny-qwen3-draft", DEVICE, "float32", seed=2, max_seq_len=ROOM, kernels="fused").model
+    decoder = Decoder(target, draft, DenseHead(draft.head_weight), K=3, graphs=False)
+    assert decoder.generate(list(b"Hi there"), 10, schedule).tokens == want
