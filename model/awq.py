@@ -97,6 +97,7 @@ class AWQLinear(nn.Module):
         # many-row inputs (prefill): dequantize into a buffer shared by the model's layers, then cuBLAS
         self.prefill_rows: int | None = None  # set with the buffer by model/awq_prefill.attach
         self.prefill_buffer: torch.Tensor | None = None
+        self.reduces_output = False  # all-reduced by a hook before anything adds it (model/tensor_parallel.py)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, group={self.group_size}, kernel={self.kernel}"
@@ -132,7 +133,7 @@ class AWQLinear(nn.Module):
         onto a residual (`onto`): not where another kernel or the prefill route runs, nor where a hook
         all-reduces the output (model/tensor_parallel.py) before it may be added."""
         many = self.prefill_rows is not None and rows >= self.prefill_rows
-        return self.kernel == "triton" and not many and not getattr(self, "reduces_output", False)
+        return self.kernel == "triton" and not many and not self.reduces_output
 
     def _folding_run(self):
         if self.kernel != "triton":

@@ -268,6 +268,7 @@ class Transformer(nn.Module):
         self.persistent_body = None  # one-token forwards in one kernel (model/persistent_body.py, attach)
         # an int4 model's decode forwards: each layer's RMSNorms folded into the GEMMs around them (_folds_norms)
         self.norms_in_gemms = True
+        self._fused_projections: tuple[nn.Module, ...] = ()  # every layer's four projections (use_fused_kernels)
         self._layer_kinds = sorted({layer.self_attn.sliding for layer in self.layers})  # False: full, True: sliding
 
     def setup_cache(
@@ -350,6 +351,7 @@ class Transformer(nn.Module):
         device = self.embed_tokens.weight.device
         if not triton_support.runs_on(device):
             raise UsageError(f"fused kernels need triton and CUDA; they cannot run on {device} here")
+        projections = []
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             attn.qkv_proj = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
@@ -360,6 +362,8 @@ class Transformer(nn.Module):
                 if isinstance(early, AWQLinear):
                     early.launch_early = True
             del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
+            projections += [attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj]
+        self._fused_projections = tuple(projections)  # _folds_norms reads them each eager forward
         self.kernels = "fused"
 
     def checkpoint_state_dict(self) -> dict[str, torch.Tensor]:
@@ -446,9 +450,8 @@ class Transformer(nn.Module):
         projection must run our Triton GEMM at these rows (AWQLinear.folds_norms)."""
         if not self.norms_in_gemms or self.config.quant != "awq":
             return False
-        projections = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
-        modules = [layer.get_submodule(name) for layer in self.layers for name in projections]
-        return all(isinstance(module, AWQLinear) and module.folds_norms(rows) for module in modules)
+        projections = self._fused_projections
+        return bool(projections) and all(isinstance(p, AWQLinear) and p.folds_norms(rows) for p in projections)
 
     @property
     def head_weight(self) -> torch.Tensor:

@@ -381,7 +381,7 @@ def test_fused_awq_forward_folds_its_norms_into_our_int4_kernel(spec, monkeypatc
     projections[-1].prefill_rows = None
     projections[1].reduces_output = True
     assert not fused._folds_norms(3)
-    del projections[1].reduces_output
+    projections[1].reduces_output = False
     projections[2].select_kernel("dequant")
     assert not fused._folds_norms(3)
     with pytest.raises(ValueError, match="Triton"):
