@@ -42,7 +42,7 @@ from model.heads import DenseHead, PositionalHead, RouterHead, heads_by_position
 from model.loading import load_model
 from model.memory import check_cache
 from model.pair import Pair
-from model.sampling import MAX_SEED
+from model.sampling import check_seed
 
 _GATHERED = 1 << 24  # head-row elements a pooled call may gather at once (rows x scored tokens x d)
 
@@ -136,8 +136,7 @@ def run(args) -> int:
     specs = parse_heads(args.heads)
     if args.K < 1 or args.stride < args.K or args.per_category < 1 or args.new_tokens <= args.K:
         raise UsageError("need --K >= 1, --stride >= --K, --per-category >= 1 and --new-tokens > --K")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {args.seed}")
+    check_seed(args.seed)
     check_output_file(Path(args.out), "--out")
     categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
     prompts = training_prompts(categories, args.per_category)

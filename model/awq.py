@@ -132,8 +132,7 @@ class AWQLinear(nn.Module):
         """Whether a forward of `rows` rows runs our Triton GEMM, which folds an RMSNorm in (`norm`) and adds
         onto a residual (`onto`): not where another kernel or the prefill route runs, nor where a hook
         all-reduces the output (model/tensor_parallel.py) before it may be added."""
-        many = self.prefill_rows is not None and rows >= self.prefill_rows
-        return self.kernel == "triton" and not many and not self.reduces_output
+        return self.kernel == "triton" and not self._prefills_rows(rows) and not self.reduces_output
 
     def _folding_run(self):
         if self.kernel != "triton":
@@ -141,7 +140,10 @@ class AWQLinear(nn.Module):
         return self._run
 
     def _prefills(self, x: torch.Tensor) -> bool:
-        return self.prefill_rows is not None and x.numel() >= self.prefill_rows * self.in_features
+        return self._prefills_rows(x.numel() // self.in_features)
+
+    def _prefills_rows(self, rows: int) -> bool:
+        return self.prefill_rows is not None and rows >= self.prefill_rows
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod

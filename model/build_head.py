@@ -32,7 +32,7 @@ from model.loading import load_model  # noqa: E402
 from model.memory import check_cache  # noqa: E402
 from model.prompts import Prompt, load_questions  # noqa: E402
 from model.router import build_router  # noqa: E402
-from model.sampling import MAX_SEED  # noqa: E402
+from model.sampling import check_seed  # noqa: E402
 
 KINDS = ("shortlist", "router")
 # Spec-Bench categories heads are trained on, and the ones held out for evaluation (disjoint).
@@ -126,8 +126,7 @@ def run(args) -> int:
     for name in ("per_category", "prompt_max", "new_tokens", "router_epochs", "router_iters"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {args.seed}")
+    check_seed(args.seed)
     categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
     held = [c for c in categories if c in HELD_OUT_CATEGORIES]
     if held:

@@ -29,6 +29,12 @@ _GOLDEN = 0x9E3779B9
 MAX_SEED = 2**32 - 1  # the simulator's bound too (sim.scenario.LIMITS); seed + 1 still seeds a torch generator
 
 
+def check_seed(seed: int) -> None:
+    """--seed in 0..MAX_SEED, or one line: a larger one overflows the generators it seeds."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {seed}")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """temperature 0 is greedy decoding (the decoder's greedy path, unchanged); top_k 0 and
@@ -46,8 +52,7 @@ class SamplingSettings:
             raise UsageError(f"--top-k must be >= 0 (0 keeps every token), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1] (1 keeps every token), got {self.top_p}")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise UsageError(f"--seed must be in 0..{MAX_SEED:,}, got {self.seed}")
+        check_seed(self.seed)
         if self.greedy and (self.top_k or self.top_p < 1):
             raise UsageError("--top-k and --top-p apply when sampling: give --temperature > 0 as well")
 
