@@ -2,7 +2,7 @@
 two-GPU rounds do it (`copy_tokens`), with the GPU they go to busy or idle.
 
 Why: on two H200s a peer copy waits for the kernels running on the destination GPU, even when PyTorch's
-barrier there is taken on a stream with nothing queued; through pinned host memory it does not (docs/design.md,
+barrier there is taken on a stream with nothing queued; through pinned host memory it does not (docs/decoder-speed.md,
 "Decoder speed: short first splits, and session 27's routes"). Where a round's copies fall against the
 target's verify decides what they cost the round.
 

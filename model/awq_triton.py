@@ -34,10 +34,10 @@ bytes are in flight. The layout and the kernel are built for both:
   weight tile again, and the dequantization, not the bytes, bounds the kernel: at 16 rows per program
   a tree verify of 65 rows took 5 passes over the weights.
 - Everything stays on the device: no host sync, outputs allocated with torch.empty, graph-capturable.
-- The epilogue (docs/design.md, "Decoder speed: the int4 GEMM's epilogue"): each program lets the next
+- The epilogue (docs/decoder-speed.md, "Decoder speed: the int4 GEMM's epilogue"): each program lets the next
   kernel launch once its sums are done (SIGNAL_NEXT), and planes of a merged gate/up weight packed in
   swiglu_order make the last split write silu(gate) * up, the bits of fused_ops.silu_mul after the GEMM.
-- RMSNorms folded in (FoldedNorm; docs/design.md, "Decoder speed: the RMSNorms folded into the int4 GEMMs"):
+- RMSNorms folded in (FoldedNorm; docs/decoder-speed.md, "Decoder speed: the RMSNorms folded into the int4 GEMMs"):
   o_proj's and down_proj's last splits add their tile onto the residual stream, and write it times the next
   norm's weight with each row's sum of squares over the tile (`w4a16_matmul_onto`); the q/k/v or gate/up
   GEMM after reads those rows as its x and scales each row's sums by 1 / RMS. The rows' normalization in
@@ -58,7 +58,7 @@ gate_up, down), 6.77 ms for the step's 256 against 8.0, and the 32B AWQ target s
 against 9.75-9.90 (both kernels timed in one process; records: reports/speed/h200.md, reports/README.md, session 17).
 One dot a group rather than four of 32 rows (session 23): 315 instructions a step against 333, one wait
 on the tensor cores a step against four, the same bits; the 32B AWQ step on one H200 8.03 ms against
-8.25 at context 300, 9.37 against 9.47 at 4,000 (docs/design.md, "Decoder speed: what bounds the int4 GEMM").
+8.25 at context 300, 9.37 against 9.47 at 4,000 (docs/decoder-speed.md, "Decoder speed: what bounds the int4 GEMM").
 Where the kernels run: model/triton_support.py.
 """
 

@@ -774,8 +774,8 @@ class Decoder:
         no host sync is involved: the copy runs on the source (draft) device's stream after the work
         queued on the target device, and the target device's later work waits for it. (A peer copy
         also waits for the kernels running on the target, even when the stream PyTorch's barrier takes
-        there has nothing queued: docs/design.md, "Decoder speed: short first splits, and session 27's routes".) On one
-        device `.to()` is a no-op, and no copy is logged. A tensor-parallel target
+        there has nothing queued: docs/decoder-speed.md, "Decoder speed: short first splits, and session 27's
+        routes".) On one device `.to()` is a no-op, and no copy is logged. A tensor-parallel target
         (model/tensor_parallel.py) gets the draft rank's proposals on every rank (a broadcast)."""
         if self.tensor_parallel is not None:
             moved = x.to(self.target_device, non_blocking=True)

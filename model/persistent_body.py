@@ -1,7 +1,7 @@
 """A dense draft's one-token step as one persistent kernel: every layer in one launch.
 
 Why: a draft step of the fused kernels is 7 launches a layer (196 for Qwen3-0.6B), and each pays a
-ramp, a drain and a split-K tail: its GEMVs take 5 us where their bytes take 1-3 (docs/design.md,
+ramp, a drain and a split-K tail: its GEMVs take 5 us where their bytes take 1-3 (docs/decoder-speed.md,
 "Decoder speed: the draft step's attention"). Here one program per SM walks all the layers. Within a
 layer the phases are separated by grid barriers instead of launches:
 
@@ -35,13 +35,13 @@ all of a phase's weights loaded ahead (up to 65,536 elements a program, at 16 wa
 and made the phase before it wait for them. Session 24 (one H100): the programs without an attention item
 asking L2 for the layer's o and gate/up weights (or all its later ones) made those phases 0.3-0.5 us
 faster and the attention 1-2 us slower at 300 and 3-10 us at 4,000; every thread polling the barrier's
-count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one H200; docs/design.md,
+count (not thread 0 alone) made the barriers 0.5-1.3 us slower. Session 25 (one H200; docs/decoder-speed.md,
 "Decoder speed: session 25's routes"): o_proj as (KV head, columns) items that merge the attention's
 splits themselves (no ticket) made the step 3-6% slower; the residual's updates written with an epoch in
 each value, so that programs read them with no barrier, left it level (within 1.3%); the q/k/v output read
 so by the attention items made it 2-7% slower (and was wrong on the GPU: a race not chased); warp 0 loading
 its share of the next weights after thread 0's poll left it level; each program asking L2 for its weights
-of the phase after next made it 1-4% slower. Session 26 (one H200; docs/design.md, "Decoder speed: the target
+of the phase after next made it 1-4% slower. Session 26 (one H200; docs/decoder-speed.md, "Decoder speed: the target
 at 8 rows, and session 26's routes"): the attention's softmax kept per (query head, slot) row on the CUDA
 cores made it 8-20% slower, and the attention's loop pipelined through shared memory 0-9% slower (spills).
 

@@ -4,7 +4,7 @@ counter, the round's accepted count and the new cursor.
 
 Why: in torch this bookkeeping is about fifteen launches of one-element kernels, a few microseconds
 each on the GPU, and in a deferred round all of them lie between the verify's end and the host's read
-(docs/design.md, "Decoder speed: the round's settle in one launch"). The values are integers, so the
+(docs/decoder-speed.md, "Decoder speed: the round's settle in one launch"). The values are integers, so the
 kernel equals `settle_reference` exactly (tests/test_settle.py compares every output). Where the kernel
 runs: model/triton_support.py.
 """
