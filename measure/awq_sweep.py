@@ -51,12 +51,11 @@ from model.decoder import width
 from .benchmarks import copy_bandwidth_gbs
 from .timing import (
     at_least_one,
-    check_out,
     environment_header,
     floor_ms,
     gpu_environment,
     release_gpu_memory,
-    require_cuda,
+    start_gpu_command,
     time_in_graph,
     write_result,
 )
@@ -278,9 +277,7 @@ def main(argv=None) -> int:
         args = parser().parse_args(argv)
         if not args.budget_s > 0:
             raise UsageError(f"--budget-s must be positive, got {args.budget_s}")
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, args.device, modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args.out, args.device)
         write_result(out, sweep_all(device, args.reps, args.budget_s))
         print(f"wrote {out}")
 

@@ -155,7 +155,7 @@ def parser():
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out, source = start_gpu_command(COMMAND, args, modules=())
+        out, source = start_gpu_command(COMMAND, args.out, args.device, modules=())
         source = torch.device("cuda", torch.cuda.current_device())  # `cuda` alone names the current one
         peer = require_peer(COMMAND, source, args.peer)
         environment = {

@@ -48,11 +48,10 @@ from .draft_sampling_cost import format_sampled, sampled_rows
 from .speed import draft_step_inputs, load_draft
 from .timing import (
     at_least_one,
-    check_out,
     environment_header,
     floor_ms,
     gpu_environment,
-    require_cuda,
+    start_gpu_command,
     time_in_graph,
     time_op,
     write_result,
@@ -178,9 +177,7 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         settings = SamplingSettings(temperature=args.temperature)
         specs = parse_heads(args.heads)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, "cuda:0", modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args.out)
         write_result(out, measure(device, specs, args.reps, settings, args.router_side_stream))
         print(f"wrote {out}")
 

@@ -35,7 +35,6 @@ docs/benchmarks.md describes it.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -56,13 +55,12 @@ from model.presets import PRESETS
 from .benchmarks import copy_bandwidth_gbs
 from .speed import DRAFT, compared_heads, compared_probes, draft_step, draft_step_inputs, flashhead_name, load_draft
 from .timing import (
-    at_least_one,
-    check_out,
     environment_header,
     floor_ms,
+    gpu_command_parser,
     gpu_environment,
     release_gpu_memory,
-    require_cuda,
+    start_gpu_command,
     time_in_graph,
     time_op,
     write_result,
@@ -257,23 +255,14 @@ def measure_heads(device: torch.device, reps: int) -> dict:
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
-    p.add_argument(
-        "--reps",
-        type=at_least_one,
-        default=10,
-        help="timed repetitions per sweep point; whole heads and draft steps get twice as many (default 10)",
-    )
-    return p
+    reps_help = "timed repetitions per sweep point; whole heads and draft steps get twice as many"
+    return gpu_command_parser(COMMAND, __doc__, 10, reps_help, device_option=False)
 
 
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, DEVICE, modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args.out, DEVICE)
         write_result(out, measure_heads(device, args.reps))
         print(f"wrote {out}")
 

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
             raise UsageError(
                 f"--context {args.context} plus {max(args.n_tokens)} new tokens exceed {MAX_POSITIONS} positions"
             )
-        out, device = start_gpu_command(COMMAND, args, modules=("transformers",))
+        out, device = start_gpu_command(COMMAND, args.out, args.device, modules=("transformers",))
         data = []
         for name in args.model or ["qwen3-0.6b"]:  # one model on the GPU at a time
             data.append(time_hf_forward(name, device, args.n_tokens, args.context, args.reps))

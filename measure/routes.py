@@ -870,7 +870,7 @@ def parser():
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out, device = start_gpu_command(COMMAND, args)
+        out, device = start_gpu_command(COMMAND, args.out, args.device)
         bandwidth_gbs = copy_bandwidth_gbs(device)
         environment = gpu_environment(device, bandwidth_gbs, "seeded random values, real shapes", draft=DRAFT)
         print(environment_header(COMMAND, environment))

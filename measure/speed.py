@@ -271,7 +271,7 @@ def parser():
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out, device = start_gpu_command(COMMAND, args, modules=("triton", "transformers"))
+        out, device = start_gpu_command(COMMAND, args.out, args.device, modules=("triton", "transformers"))
         write_result(out, measure_speed(device, args.reps))
         print(f"wrote {out}")
 

@@ -153,7 +153,7 @@ def parser():
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out, device = start_gpu_command(COMMAND, args)
+        out, device = start_gpu_command(COMMAND, args.out, args.device)
         environment = gpu_environment(
             device,
             copy_bandwidth_gbs(device),

@@ -217,22 +217,26 @@ def require_cuda(command: str, device: str = "cuda:0", modules: Sequence[str] = 
     return parsed
 
 
-def gpu_command_parser(command: str, description: str, reps: int, reps_help: str) -> OneLineParser:
-    """The options every GPU benchmark command takes: --out, --reps (at least 1) and --device."""
+def gpu_command_parser(
+    command: str, description: str, reps: int, reps_help: str, device_option: bool = True
+) -> OneLineParser:
+    """The options every GPU benchmark command takes: --out, --reps (at least 1) and, unless the command
+    measures on cuda:0 only (`device_option` false), --device."""
     p = OneLineParser(prog=command, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
     p.add_argument("--reps", type=at_least_one, default=reps, help=f"{reps_help} (default {reps})")
-    p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
+    if device_option:
+        p.add_argument("--device", default="cuda:0", help="the CUDA GPU to measure on (default cuda:0)")
     return p
 
 
-def start_gpu_command(command: str, args: argparse.Namespace, modules: Sequence[str] = ("triton",)):
+def start_gpu_command(command: str, out: str, device: str = "cuda:0", modules: Sequence[str] = ("triton",)):
     """(--out checked, the CUDA device), the device made current: every check a GPU benchmark command
     makes before any work."""
-    out = check_out(args.out)
-    device = require_cuda(command, args.device, modules=modules)
-    torch.cuda.set_device(device)
-    return out, device
+    out_path = check_out(out)
+    cuda_device = require_cuda(command, device, modules=modules)
+    torch.cuda.set_device(cuda_device)
+    return out_path, cuda_device
 
 
 def floor_ms(nbytes: float, bandwidth_gbs: float) -> float:

@@ -31,7 +31,6 @@ docs/benchmarks.md describes it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -45,12 +44,11 @@ from model.sampling import verify_block_reference
 from .benchmarks import copy_bandwidth_gbs
 from .head_speed import best_shape, every_combination, sweep
 from .timing import (
-    at_least_one,
-    check_out,
     environment_header,
     floor_ms,
+    gpu_command_parser,
     gpu_environment,
-    require_cuda,
+    start_gpu_command,
     time_in_graph,
     time_op,
     write_result,
@@ -184,18 +182,13 @@ def measure_verify(device: torch.device, reps: int) -> dict:
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the JSON file to write (its folder is made if needed)")
-    p.add_argument("--reps", type=at_least_one, default=20, help="timed repetitions per row (default 20)")
-    return p
+    return gpu_command_parser(COMMAND, __doc__, 20, "timed repetitions per row", device_option=False)
 
 
 def main(argv=None) -> int:
     def body():
         args = parser().parse_args(argv)
-        out = check_out(args.out)
-        device = require_cuda(COMMAND, DEVICE, modules=("triton",))
-        torch.cuda.set_device(device)
+        out, device = start_gpu_command(COMMAND, args.out, DEVICE)
         write_result(out, measure_verify(device, args.reps))
         print(f"wrote {out}")
 
