@@ -34,6 +34,7 @@ from contracts.files import check_output_folder
 from model.flashhead import Clustering
 
 from . import beta_plot
+from .figures import write_figure
 from .recall import (
     STUDY_CATEGORIES,
     cached_states,
@@ -176,9 +177,7 @@ def figure(result: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".tmp.png"), dpi=120)
-    plt.close(fig)
-    path.with_suffix(".tmp.png").replace(path)
+    write_figure(fig, path, dpi=120)
 
 
 def parse_numbers(text: str, kind, what: str) -> list:

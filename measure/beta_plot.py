@@ -17,6 +17,8 @@ from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 from contracts.files import check_output_file, read_json
 
+from .figures import write_figure
+
 FILE = "beta_by_category.png"
 
 
@@ -49,9 +51,7 @@ def category_figure(result: dict, path: Path) -> None:
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"{result['model_label']} ({result['weights']} weights): beta per Spec-Bench category")
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".tmp.png"), dpi=110)
-    plt.close(fig)
-    path.with_suffix(".tmp.png").replace(path)
+    write_figure(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:

@@ -36,6 +36,7 @@ from contracts.files import check_output_folder
 from contracts.profile import check_trees
 from contracts.trees import MAX_BRANCHING, MAX_DEPTH
 
+from .figures import write_figure
 from .recall import (
     STUDY_CATEGORIES,
     cached_states,
@@ -197,9 +198,7 @@ def figure(result: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".tmp.png"), dpi=120)
-    plt.close(fig)
-    path.with_suffix(".tmp.png").replace(path)
+    write_figure(fig, path, dpi=120)
 
 
 def parser() -> OneLineParser:
