@@ -52,6 +52,7 @@ from .heads import check_profile_heads, is_budgeted, validated_heads
 from .plan import (
     Config,
     check_acceptance,
+    check_generation_lengths,
     check_out,
     check_profile,
     choose_prompts,
@@ -118,10 +119,7 @@ def measure_settings(
 
 
 def _check_numbers(args, heads) -> None:
-    if args.max_new_tokens < 2:
-        raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    check_generation_lengths(args.max_new_tokens, args.warmup)
     if "flashhead" not in {h.split(":")[0] for h in heads} and (args.probes is not None or args.clustering):
         raise UsageError("--probes and --clustering apply to the flashhead head only")
     if bool(args.profile) == bool(args.measure):

@@ -85,6 +85,15 @@ def check_acceptance(text: str | None, greedy: bool = True, curve_allowed: bool 
         check_spec(text, greedy, curve_allowed=curve_allowed)
 
 
+def check_generation_lengths(max_new_tokens: int, warmup: int) -> None:
+    """--max-new-tokens of at least 2 (the first token belongs to TTFT: a decode rate needs a second) and
+    --warmup not negative."""
+    if max_new_tokens < 2:
+        raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {max_new_tokens}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {warmup}")
+
+
 def choose_prompts(spec: str, path: str | None, n: int) -> list[Prompt]:
     """The selection, cut to n prompts spread evenly over it (so a per-category selection keeps its
     variety instead of its first categories)."""

@@ -62,6 +62,7 @@ from .pipeline import calibration_workload, profile_has_read_gap
 from .plan import (
     Config,
     check_acceptance,
+    check_generation_lengths,
     check_out,
     check_profile,
     choose_prompts,
@@ -176,10 +177,7 @@ def plan(args) -> dict:
         if "prompt-lookup" not in drafters:
             raise UsageError("--lookup-acceptance controls prompt lookup: add it to --drafter")
         parse_rates(args.lookup_acceptance, args.prompts_file)
-    if args.max_new_tokens < 2:
-        raise UsageError(f"--max-new-tokens must be >= 2 (the first token belongs to TTFT), got {args.max_new_tokens}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    check_generation_lengths(args.max_new_tokens, args.warmup)
     seeds, count = noise_seeds(args), checked_repeats(args.repeats, REPEATS)
     if args.measure or not args.profile:
         raise UsageError(
