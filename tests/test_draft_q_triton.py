@@ -6,10 +6,6 @@ through the decoder the same sampled generations. Controls show the rows exercis
 the compile check can fail. On a GPU-less machine the kernels run under triton's interpreter (against
 torch's CPU arithmetic); on a GPU against torch's GPU arithmetic."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -20,6 +16,7 @@ from model.draft_q_triton import DraftQ
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, PositionalHead, RouterHead, ShortlistHead
 from model.sampling import SamplingSettings
+from tests.nvidia_ptx import nvidia_compile_output
 from tests.sampling_fixtures import small_router, tiny_pair
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -161,11 +158,6 @@ def test_decoder_generations_equal_the_torch_q(pair):
 
 # Compiles both kernels for an H100/H200 (sm_90) without a GPU and prints their float instructions.
 _PTX_FLOAT_OPS = """
-import re, sys, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-if "nvidia" not in triton.backends.backends:
-    sys.exit(3)
 from model import draft_q_triton
 fusion = sys.argv[1] == "on"
 kernels = (
@@ -186,14 +178,7 @@ for kernel, pointers, flags in kernels:
 
 
 def _float_ops(fusion: str) -> list[str]:
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    process = subprocess.run(
-        [sys.executable, "-c", _PTX_FLOAT_OPS, fusion], capture_output=True, text=True, env=environment, timeout=300
-    )
-    if process.returncode == 3:
-        pytest.skip("triton has no NVIDIA backend here")
-    assert process.returncode == 0, process.stderr[-2000:]
-    return process.stdout.strip().splitlines()
+    return nvidia_compile_output(_PTX_FLOAT_OPS, fusion).splitlines()
 
 
 def test_the_gpu_build_rounds_every_operation_as_torch():

@@ -4,10 +4,6 @@ q of every head that samples (dense, FlashHead, shortlist) at T = 0.3, 0.7 and 1
 the same sampled generations through the decoder for every schedule; a changed hash is caught. On a
 GPU-less machine the kernels run under triton's interpreter (tests/conftest.py)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -18,6 +14,7 @@ from model.decoder import Decoder
 from model.flashhead import build_clustering
 from model.heads import DenseHead, FlashHead, ShortlistHead
 from model.sampling import SamplingSettings
+from tests.nvidia_ptx import nvidia_compile_output
 from tests.sampling_fixtures import tiny_pair
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -156,11 +153,6 @@ def test_decoder_generations_equal_the_torch_noise(pair):
 
 # Compiles the race kernel for an H100/H200 (sm_90) without a GPU and prints its division instructions.
 _PTX_DIVISIONS = """
-import re, sys, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-if "nvidia" not in triton.backends.backends:
-    sys.exit(3)
 from model import sampling_noise
 signature = {"probs_ptr": "*fp32", "log_ptr": "*fp32", "work_ptr": "*i64", "token_ptr": "*i64", "V": "i32"}
 signature.update(n_programs="i32", BLOCK_V="constexpr")
@@ -172,14 +164,7 @@ print(sorted(set(re.findall(r"\\b(?:div|fma|rcp)\\.[a-z0-9.]+", kernel.asm["ptx"
 
 def test_the_gpu_build_divides_with_ieee_rounding():
     """torch divides float32 with IEEE rounding; Triton's `/` is approximate on NVIDIA GPUs."""
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    process = subprocess.run(
-        [sys.executable, "-c", _PTX_DIVISIONS], capture_output=True, text=True, env=environment, timeout=300
-    )
-    if process.returncode == 3:
-        pytest.skip("triton has no NVIDIA backend here")
-    assert process.returncode == 0, process.stderr[-2000:]
-    assert process.stdout.strip() == "['div.rn.f32']"
+    assert nvidia_compile_output(_PTX_DIVISIONS) == "['div.rn.f32']"
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")

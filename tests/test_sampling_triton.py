@@ -4,16 +4,13 @@ bit-identical (accepted, final) from the same random numbers, on random rounds a
 with controls showing the comparison can fail. On a GPU-less machine the kernel runs under triton's
 interpreter (tests/conftest.py), where every program is simulated in Python: few, small programs."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from contracts import UsageError
 from model import sampling_triton, triton_support
 from model.sampling import verify_block_reference
+from tests.nvidia_ptx import nvidia_compile_output
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(
@@ -208,14 +205,8 @@ def test_bandwidth_floor_counts_the_raced_rows_and_the_gathers():
     assert sampling_triton.verify_bytes(8, 262_144) == 160 + 12 * 262_144
 
 
-# Compiles the kernel for an H100/H200 (sm_90) without a GPU and prints the PTX division instructions;
-# exit 3 where triton has no NVIDIA backend.
+# Compiles the kernel for an H100/H200 (sm_90) without a GPU and prints the PTX division instructions.
 _PTX_DIVISIONS = """
-import re, sys, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-if "nvidia" not in triton.backends.backends:
-    sys.exit(3)
 from model import sampling_triton
 signature = {name: "*fp32" for name in ("p_ptr", "q_ptr", "uniform_ptr", "noise_ptr")}
 signature.update({name: "*i64" for name in ("token_ptr", "work_ptr", "accepted_ptr", "final_ptr")})
@@ -230,14 +221,7 @@ print(sorted(set(re.findall(r"\\b(?:div|fma|rcp)\\.[a-z0-9.]+", kernel.asm["ptx"
 def test_the_gpu_build_divides_with_ieee_rounding():
     """torch divides float32 with IEEE rounding; Triton's `/` compiles to an approximate division on
     NVIDIA GPUs, which would break bit-identity on a GPU where the interpreter (numpy) cannot see it."""
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    process = subprocess.run(
-        [sys.executable, "-c", _PTX_DIVISIONS], capture_output=True, text=True, env=environment, timeout=300
-    )
-    if process.returncode == 3:
-        pytest.skip("triton has no NVIDIA backend here")
-    assert process.returncode == 0, process.stderr[-2000:]
-    assert process.stdout.strip() == "['div.rn.f32']"
+    assert nvidia_compile_output(_PTX_DIVISIONS) == "['div.rn.f32']"
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
