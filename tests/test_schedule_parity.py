@@ -122,6 +122,18 @@ def _logged(dec, ids, schedule):
         dec.events = None
 
 
+def _trace(generation, name, schedule, head, K) -> list[dict]:
+    """The generation's trace lines as a run of the configuration writes them (the baseline's K is 0)."""
+    return trace_lines(
+        generation,
+        prompt_id=name,
+        schedule=schedule,
+        head=head,
+        K=0 if schedule == "baseline" else K,
+        probes=PROBES if head == "flashhead" else None,
+    )
+
+
 def _record(dec, control, references, schedule, head, K) -> Recorded:
     lines, events, with_copies = [], [], []
     for name, ids in PROMPTS.items():
@@ -132,14 +144,7 @@ def _record(dec, control, references, schedule, head, K) -> Recorded:
             patch.setattr(Decoder, "copies", property(lambda self: True))
             again, logged_with_copies = _logged(dec, ids, schedule)
         assert again.tokens == generation.tokens and again.rounds == generation.rounds
-        lines += trace_lines(
-            generation,
-            prompt_id=name,
-            schedule=schedule,
-            head=head,
-            K=0 if schedule == "baseline" else K,
-            probes=PROBES if head == "flashhead" else None,
-        )
+        lines += _trace(generation, name, schedule, head, K)
         events += logged
         with_copies += logged_with_copies
     for line in lines:
@@ -335,14 +340,7 @@ def test_on_two_gpus_the_decoders_copies_are_the_simulators():
                     control.bind(references[name], len(ids), name)
                     generation, logged = _logged(dec, ids, schedule)
                     assert generation.tokens == references[name][:MAX_NEW]
-                    lines += trace_lines(
-                        generation,
-                        prompt_id=name,
-                        schedule=schedule,
-                        head=head,
-                        K=0 if schedule == "baseline" else K,
-                        probes=PROBES if head == "flashhead" else None,
-                    )
+                    lines += _trace(generation, name, schedule, head, K)
                     events += logged
                 assert events == _simulated(lines, schedule, head, K, "two-gpu"), (schedule, head, K)
 
