@@ -37,6 +37,7 @@ from contracts import UsageError
 from contracts.files import check_output_file, check_output_folder, read_json, write_atomic
 from contracts.profile import check_profile
 from contracts.progress import each
+from measure.figures import write_figure
 from measure.timing import at_least_one
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
@@ -407,8 +408,6 @@ def _axes():
 
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     """Log-2 probes axis, labels, grid and legend, written to `path`."""
-    import matplotlib.pyplot as plt
-
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -416,8 +415,7 @@ def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure(fig, path, dpi=120)
 
 
 def agreement_figure(result: dict, path: Path) -> None:
