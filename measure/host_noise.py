@@ -3,7 +3,7 @@
     python -m measure.host_noise --seconds 90 --out noise.json
 
 Why: a CPU validation compares runs minutes apart, so it can meet its goals only on a host that holds its speed
-to a few percent. The check is the same fixed work every time: a float32 GEMV of 65,536 x 640 (a sixth of the real
+to a few percent. The check is the same fixed work every time: a float32 GEMV of 65,536 x 640 (a quarter of the real
 Gemma 3 270M head's size, streamed from memory like it), seeded, on --threads threads, timed by the wall clock in
 chunks of CHUNK_REPS repetitions, back to back for --seconds. Each chunk's median says how fast the host was then;
 their spread over the run says whether a measurement can be held to a few percent on it
