@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
         )
         print("chunk medians (ms): " + " ".join(f"{m:.1f}" for m in medians))
         if args.out is not None:
-            write_result(check_out(args.out), result)
+            write_result(Path(args.out), result)
             print(f"wrote {args.out}")
 
     return run_command(body)
