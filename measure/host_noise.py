@@ -25,7 +25,7 @@ from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 
 from .profile import cpu_name
-from .timing import check_out, write_result
+from .timing import check_out, spread, write_result
 
 COMMAND = "python -m measure.host_noise"
 ROWS, COLUMNS = 65_536, 640  # the GEMV's weight: 168 MB of float32, larger than a CPU's caches
@@ -56,17 +56,13 @@ def time_chunks(seconds: float, threads: int) -> list[float]:
 
 
 def summary(medians: list[float]) -> dict:
-    """The chunks' median, p10 and p90, and their spread: the slowest chunk over the fastest, and the standard
-    deviation over the median."""
-    ordered = sorted(medians)
-    middle = statistics.median(ordered)
+    """The chunks' median, p10, p90 and count as every timing of measure gives them (`timing.spread`), and how
+    far apart they lie: the slowest chunk over the fastest, and the standard deviation over the median."""
+    chunks = spread(medians)
     return {
-        "chunks": len(ordered),
-        "median_ms": middle,
-        "p10_ms": ordered[len(ordered) // 10],
-        "p90_ms": ordered[(9 * len(ordered)) // 10],
-        "slowest_over_fastest": ordered[-1] / ordered[0],
-        "sd_over_median": statistics.pstdev(ordered) / middle,
+        **chunks,
+        "slowest_over_fastest": max(medians) / min(medians),
+        "sd_over_median": statistics.pstdev(medians) / chunks["median_ms"],
     }
 
 
@@ -101,7 +97,7 @@ def main(argv=None) -> int:
         }
         stats = result["summary"]
         print(
-            f"{COMMAND} on {result['env']['cpu']}, {args.threads} threads: {stats['chunks']} chunks, median "
+            f"{COMMAND} on {result['env']['cpu']}, {args.threads} threads: {stats['n']} chunks, median "
             f"{stats['median_ms']:.2f} ms [p10 {stats['p10_ms']:.2f}, p90 {stats['p90_ms']:.2f}], slowest chunk "
             f"{stats['slowest_over_fastest']:.2f}x the fastest, SD {100 * stats['sd_over_median']:.1f}%"
         )
