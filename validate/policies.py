@@ -215,159 +215,202 @@ def plan(args) -> dict:
 
 def run(args) -> Path:
     p = plan(args)
-    K, prompts = p["K"], p["prompts"]
-    reference_len = args.max_new_tokens + 2 * K + 2
-    pair, work = load_pair(
-        args.target, args.draft, p["placement"], args.dtype, args.seed, prompts, reference_len, K, args.clustering
-    )
-    control = control_for(pair, args.acceptance)
-    weights = pair.weights
-    if args.lookup_acceptance is not None and pair.weights != "synthetic":
-        raise UsageError("--lookup-acceptance is for synthetic weights only (real ones propose their own tokens)")
-    target = pair.target.model
-    early = None
-    if args.early_exit_layers is not None:
-        early = early_exit(target, args.early_exit_layers)
-        early.setup_cache(target.max_seq_len, target.head_weight.device)
-    lookup_control = (
-        LookupControl(
-            args.lookup_acceptance,
-            target.config.vocab_size,
-            pair.room,
-            target.head_weight.device,
-            args.seed,
-            args.prompts_file,
-        )
-        if args.lookup_acceptance
-        else None
-    )
-    head = pair.head(p["head"], args.probes)
-    probes = head.probes if p["head"] == "flashhead" else None
-
-    def decoder(setting: Setting):
-        if setting.policy == "baseline":
-            return pair.decoder(head, K, p["graphs"], control)
-        choices = (setting.arm,) if setting.policy == "fixed" else p["choices"]
-        policy = make_policy(setting.policy, choices, args.seed)
-        return pair.decoder(
-            head, K, p["graphs"], control, drafting=Drafting(policy, early, args.lookup_ngram, lookup_control)
-        )
-
-    categories: dict[str, list[int]] = {}
-    for index, prompt in enumerate(work.prompts):
-        categories.setdefault(prompt.category, []).append(index)
-    calibration_prompts = {category: calibration_workload(args, pair, work, category) for category in categories}
-    everything = Workload(
-        [*work.prompts, *(prompt for prompt, _ in calibration_prompts.values())],
-        [*work.ids, *(ids for _, ids in calibration_prompts.values())],
-    )
-    refs = references(pair.decoder(head, K, p["graphs"], control), everything, reference_len)
-    controls = {}
-    if control is not None:
-        controls["draft-model"] = control
-    if lookup_control is not None:
-        controls["prompt-lookup"] = lookup_control
-
-    def bind(prompt, ids):
-        if control is not None:
-            control.bind(refs[prompt.id], len(ids), prompt.id)
-        if lookup_control is not None:
-            lookup_control.bind(refs[prompt.id], len(ids), prompt)
-
-    total = len(p["settings"]) * (len(work.prompts) + args.warmup * len(categories)) * p["repeats"]
-    total += 2 * (len(p["drafters"]) + 1) * len(categories) * p["repeats"]
-    with staged(p["out"]) as folder, Progress(total, "validate policies", "gen") as progress:
-        decoders = {s: decoder(s) for s in p["settings"]}
-        runner = next(d for s, d in decoders.items() if s.policy != "baseline")
-
-        def record(setting, runs, category, match_runs, calibration: bool = False, repeat: int = 1) -> Measured:
-            """Trace and summary of one configuration's generations in `category` (or in its calibration);
-            `repeat`: which of its runs (`run_stem`)."""
-            K_field = 0 if setting.policy == "baseline" else (setting.arm.K if setting.arm else K)
-            lines = [
-                line
-                for pid, g in runs
-                for line in trace_lines(
-                    g,
-                    prompt_id=pid,
-                    schedule=SCHEDULE if setting.policy != "baseline" else "baseline",
-                    head=p["head"] if K_field else "dense",
-                    K=K_field,
-                    probes=probes if K_field else None,
-                    runs=match_runs[pid] if K_field else None,
-                )
-            ]
-            config = run_config_dict(
-                pair,
-                [calibration_prompts[category][0]] if calibration else [work.prompts[i] for i in categories[category]],
-                _sim_config(setting, K),
-                probes,
-                p["graphs"],
-                args.max_new_tokens,
-                control,
-            )
-            if setting.policy != "baseline":
-                config.update(policy=setting.policy, arms=[a.label() for a in decoders[setting].drafting.policy.arms])
-                config.update(lookup_ngram=args.lookup_ngram, early_exit_layers=args.early_exit_layers)
-                if lookup_control is not None:
-                    config["lookup_acceptance_control"] = lookup_control.describe()
-            summary = summarize(config, runs)
-            where = (folder / "traces" / "calibration" if calibration else folder / "traces") / category
-            where.mkdir(parents=True, exist_ok=True)
-            write_trace(where / f"{run_stem(setting.name, repeat)}.trace.jsonl", lines)
-            write_summary(where / f"{run_stem(setting.name, repeat)}.summary.json", summary)
-            exact = all(g.tokens == refs[pid][: len(g.tokens)] for pid, g in runs)
-            pulls = Counter(f"{r.drafter}:K{r.proposed}" for _, g in runs for r in g.rounds if r.drafter)
-            return Measured(summary, exact, [g.decode_ms for _, g in runs], dict(pulls))
-
-        def runs_for(indices, generations) -> dict:
-            """Every drafter's match runs of each prompt, from the baseline's (= target greedy) tokens."""
-            out = {}
-            for i, (pid, g) in zip(indices, generations):
-                bind(everything.prompts[i], everything.ids[i])
-                out[pid] = drafter_runs(runner, p["drafters"], everything.ids[i], g.tokens, controls)
-            return out
-
-        # per category and run: every configuration in turn; the calibration's (the baseline and every
-        # drafter fixed at the largest K) each decode the category's calibration prompt just before,
-        # so a calibration run sees the host as the runs it calibrates do
-        calibration_settings = calibration_settings_of(p)
-        measured: dict[str, dict[Setting, Measured]] = {}
-        calibration_runs: dict[str, list] = {}
-        for offset, (category, indices) in enumerate(categories.items()):
-            chunk = Workload([work.prompts[i] for i in indices], [work.ids[i] for i in indices])
-            prompt, ids = calibration_prompts[category]
-            calibration_work, calibration_index = Workload([prompt], [ids]), [len(work.prompts) + offset]
-            runs = {setting: [] for setting in p["settings"]}
-            for repeat in range(1, p["repeats"] + 1):  # each run of every configuration before the next
-                for setting in p["settings"]:
-                    dec = decoders[setting]
-                    progress.note(f"{category} {setting.name} run {repeat}")
-                    if setting in calibration_settings:
-                        generations = _decode(dec, calibration_work, setting, args, control, refs, args.warmup)
-                        if setting.policy == "baseline" and repeat == 1:
-                            calibration_match_runs = runs_for(calibration_index, generations)
-                        record(setting, generations, category, calibration_match_runs, True, repeat)
-                        progress.update(2)
-                    generations = _decode(dec, chunk, setting, args, control, refs, args.warmup, progress)
-                    if setting.policy == "baseline" and repeat == 1:
-                        match_runs = runs_for(indices, generations)
-                    runs[setting].append(record(setting, generations, category, match_runs, repeat=repeat))
-            measured[category] = {setting: median_run(each) for setting, each in runs.items()}
-            calibration_runs[category] = _calibration_runs(calibration_traces(folder, category), calibration_settings)
-        decoders.clear()
-        free_memory()
-
+    validation = _Validation(args, p)
+    with staged(p["out"]) as folder, Progress(validation.generations(), "validate policies", "gen") as progress:
+        measured, calibration_runs = validation.measure(folder, progress)
         results, calibrations = _predicted(measured, calibration_runs, folder, p, args.profile)
-        meta = _meta(args, p, weights, control, lookup_control, calibrations, calibration_prompts, categories)
-        report = _report(results, meta, p)
-        write_atomic(folder / "report.md", report)
+        meta = validation.meta(calibrations)
+        write_atomic(folder / "report.md", _report(results, meta, p))
         write_atomic(folder / "results.json", json.dumps({"meta": meta, "categories": results}, indent=2) + "\n")
         write_atomic(folder / "results.csv", _csv(results))
     print(_table(results))
     print(_headline(results))
     print(f"wrote {p['out']}/report.md, results.json, results.csv, traces/")
     return p["out"]
+
+
+class _Validation:
+    """One drafter/policy validation's models and prompts: the pair, its head, the early-exit body and the
+    acceptance controls, the prompts grouped by category with each category's calibration prompt, and the
+    target's greedy output of every prompt (each configuration's output is checked against it, and every
+    drafter's match runs are read from it)."""
+
+    def __init__(self, args, p: dict):
+        self.args, self.p = args, p
+        K = p["K"]
+        self.reference_len = args.max_new_tokens + 2 * K + 2
+        self.pair, self.work = load_pair(
+            args.target,
+            args.draft,
+            p["placement"],
+            args.dtype,
+            args.seed,
+            p["prompts"],
+            self.reference_len,
+            K,
+            args.clustering,
+        )
+        self.control = control_for(self.pair, args.acceptance)
+        if args.lookup_acceptance is not None and self.pair.weights != "synthetic":
+            raise UsageError("--lookup-acceptance is for synthetic weights only (real ones propose their own tokens)")
+        target = self.pair.target.model
+        self.early = None
+        if args.early_exit_layers is not None:
+            self.early = early_exit(target, args.early_exit_layers)
+            self.early.setup_cache(target.max_seq_len, target.head_weight.device)
+        self.lookup_control = None
+        if args.lookup_acceptance:
+            self.lookup_control = LookupControl(
+                args.lookup_acceptance,
+                target.config.vocab_size,
+                self.pair.room,
+                target.head_weight.device,
+                args.seed,
+                args.prompts_file,
+            )
+        self.head = self.pair.head(p["head"], args.probes)
+        self.probes = self.head.probes if p["head"] == "flashhead" else None
+        self.categories: dict[str, list[int]] = {}
+        for index, prompt in enumerate(self.work.prompts):
+            self.categories.setdefault(prompt.category, []).append(index)
+        self.calibration_prompts = {
+            category: calibration_workload(args, self.pair, self.work, category) for category in self.categories
+        }
+        self.everything = Workload(
+            [*self.work.prompts, *(prompt for prompt, _ in self.calibration_prompts.values())],
+            [*self.work.ids, *(ids for _, ids in self.calibration_prompts.values())],
+        )
+        self.refs = references(
+            self.pair.decoder(self.head, K, p["graphs"], self.control), self.everything, self.reference_len
+        )
+        self.calibration_settings = calibration_settings_of(p)
+        self.controls = {}
+        if self.control is not None:
+            self.controls["draft-model"] = self.control
+        if self.lookup_control is not None:
+            self.controls["prompt-lookup"] = self.lookup_control
+
+    def generations(self) -> int:
+        """The generations `measure` decodes, for its progress line."""
+        p, categories = self.p, len(self.categories)
+        total = len(p["settings"]) * (len(self.work.prompts) + self.args.warmup * categories) * p["repeats"]
+        return total + 2 * (len(p["drafters"]) + 1) * categories * p["repeats"]
+
+    def measure(self, folder: Path, progress) -> tuple[dict, dict]:
+        """(each configuration measured per category, each category's calibration runs), every run's trace
+        and summary written under `folder`/traces. Per category and run, every configuration in turn; the
+        calibration's (the baseline and every drafter fixed at the largest K) each decode the category's
+        calibration prompt just before, so a calibration run sees the host as the runs it calibrates do."""
+        decoders = {setting: self._decoder(setting) for setting in self.p["settings"]}
+        measured, calibration_runs = {}, {}
+        for offset, (category, indices) in enumerate(self.categories.items()):
+            measured[category] = self._category(category, indices, offset, decoders, folder, progress)
+            calibration_runs[category] = _calibration_runs(
+                calibration_traces(folder, category), self.calibration_settings
+            )
+        decoders.clear()
+        free_memory()
+        return measured, calibration_runs
+
+    def meta(self, calibrations: dict) -> dict:
+        return _meta(
+            self.args,
+            self.p,
+            self.pair.weights,
+            self.control,
+            self.lookup_control,
+            calibrations,
+            self.calibration_prompts,
+            self.categories,
+        )
+
+    def _decoder(self, setting: Setting):
+        p = self.p
+        if setting.policy == "baseline":
+            return self.pair.decoder(self.head, p["K"], p["graphs"], self.control)
+        choices = (setting.arm,) if setting.policy == "fixed" else p["choices"]
+        policy = make_policy(setting.policy, choices, self.args.seed)
+        drafting = Drafting(policy, self.early, self.args.lookup_ngram, self.lookup_control)
+        return self.pair.decoder(self.head, p["K"], p["graphs"], self.control, drafting=drafting)
+
+    def _category(self, category: str, indices: list, offset: int, decoders: dict, folder: Path, progress) -> dict:
+        """Every configuration of `category` measured as its median run (`median_run`); its calibration runs
+        recorded beside."""
+        p, args = self.p, self.args
+        runner = next(d for s, d in decoders.items() if s.policy != "baseline")
+        chunk = Workload([self.work.prompts[i] for i in indices], [self.work.ids[i] for i in indices])
+        prompt, ids = self.calibration_prompts[category]
+        calibration_work, calibration_index = Workload([prompt], [ids]), [len(self.work.prompts) + offset]
+        runs = {setting: [] for setting in p["settings"]}
+        for repeat in range(1, p["repeats"] + 1):  # each run of every configuration before the next
+            for setting in p["settings"]:
+                dec = decoders[setting]
+                progress.note(f"{category} {setting.name} run {repeat}")
+                if setting in self.calibration_settings:
+                    generations = _decode(dec, calibration_work, setting, args, self.control, self.refs, args.warmup)
+                    if setting.policy == "baseline" and repeat == 1:
+                        calibration_match_runs = self._match_runs(runner, calibration_index, generations)
+                    where = folder / "traces" / "calibration" / category
+                    self._record(setting, dec, generations, [prompt], calibration_match_runs, where, repeat)
+                    progress.update(2)
+                generations = _decode(dec, chunk, setting, args, self.control, self.refs, args.warmup, progress)
+                if setting.policy == "baseline" and repeat == 1:
+                    match_runs = self._match_runs(runner, indices, generations)
+                where = folder / "traces" / category
+                runs[setting].append(self._record(setting, dec, generations, chunk.prompts, match_runs, where, repeat))
+        return {setting: median_run(each) for setting, each in runs.items()}
+
+    def _match_runs(self, runner, indices, generations) -> dict:
+        """Every drafter's match runs of each prompt, from the baseline's (= target greedy) tokens."""
+        out = {}
+        for i, (pid, g) in zip(indices, generations):
+            prompt, ids = self.everything.prompts[i], self.everything.ids[i]
+            if self.control is not None:
+                self.control.bind(self.refs[prompt.id], len(ids), prompt.id)
+            if self.lookup_control is not None:
+                self.lookup_control.bind(self.refs[prompt.id], len(ids), prompt)
+            out[pid] = drafter_runs(runner, self.p["drafters"], ids, g.tokens, self.controls)
+        return out
+
+    def _record(self, setting, dec, runs, prompts, match_runs, where: Path, repeat: int) -> Measured:
+        """Trace and summary of one configuration's generations of `prompts` by its decoder `dec` (written to
+        `where`); `repeat`: which of its runs (`run_stem`)."""
+        p = self.p
+        K_field = 0 if setting.policy == "baseline" else (setting.arm.K if setting.arm else p["K"])
+        lines = [
+            line
+            for pid, g in runs
+            for line in trace_lines(
+                g,
+                prompt_id=pid,
+                schedule=SCHEDULE if setting.policy != "baseline" else "baseline",
+                head=p["head"] if K_field else "dense",
+                K=K_field,
+                probes=self.probes if K_field else None,
+                runs=match_runs[pid] if K_field else None,
+            )
+        ]
+        config = run_config_dict(
+            self.pair,
+            prompts,
+            _sim_config(setting, p["K"]),
+            self.probes,
+            p["graphs"],
+            self.args.max_new_tokens,
+            self.control,
+        )
+        if setting.policy != "baseline":
+            config.update(policy=setting.policy, arms=[a.label() for a in dec.drafting.policy.arms])
+            config.update(lookup_ngram=self.args.lookup_ngram, early_exit_layers=self.args.early_exit_layers)
+            if self.lookup_control is not None:
+                config["lookup_acceptance_control"] = self.lookup_control.describe()
+        summary = summarize(config, runs)
+        where.mkdir(parents=True, exist_ok=True)
+        write_trace(where / f"{run_stem(setting.name, repeat)}.trace.jsonl", lines)
+        write_summary(where / f"{run_stem(setting.name, repeat)}.summary.json", summary)
+        exact = all(g.tokens == self.refs[pid][: len(g.tokens)] for pid, g in runs)
+        pulls = Counter(f"{r.drafter}:K{r.proposed}" for _, g in runs for r in g.rounds if r.drafter)
+        return Measured(summary, exact, [g.decode_ms for _, g in runs], dict(pulls))
 
 
 def _predicted(measured: dict, calibration_runs: dict, folder: Path, p: dict, profile_path) -> tuple[dict, dict]:
