@@ -168,31 +168,9 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
         raise UsageError(
             f"probes {max(probes)} exceed the {clustering.clusters} clusters (valid: 1..{clustering.clusters})"
         )
-    forwards = len(target_widths(settings.K_max, settings.tree_widths))
     fixed_width = width(decode_K(settings.K_max, settings.tree_widths)) if target_device.type == "cuda" else None
     target_contexts = split_step_contexts(contexts, pair.target.model, fixed_width or 0)
-    # with tree widths, the target forwards and draft frontiers again under the tree rule
-    tree_points = forwards + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
-    grid_points = (  # one pass of `_regime_costs`
-        forwards * len(target_contexts)
-        + tree_points * len(contexts)
-        + 2 * len(prompt_lengths)
-        + len(contexts) * len(draft_body_widths(settings.tree_widths))  # the draft body
-        + 1  # its dense head
-        + len(probes)
-        + len(contexts)  # prompt lookup
-        + (len(contexts) * len(CHAIN_BODY_WIDTHS) + 1 if settings.early_exit_layers is not None else 0)
-    )
-    points = (
-        len(regimes)
-        * (
-            settings.passes * grid_points
-            + head_points(settings.heads)
-            + (0 if sampling.greedy else len(verify_widths(settings.K_max, settings.tree_widths)))
-            + (0 if sampling.greedy else 1 + len(probes) + head_points(settings.heads))
-        )
-        + 3  # host costs, the round's host costs, the agreement curve
-    )
+    points = progress_points(settings, len(regimes), len(target_contexts), len(probes), sampling.greedy)
     with Progress(points, "measure", "point") as progress:
         bench = Bench(
             pair.target,
@@ -264,6 +242,28 @@ def measure_profile(settings: MeasureSettings, out: Path, command: str) -> tuple
     if sampled:
         profile["sampling"] = {"costs": sampling_costs.section(sampled, sampling)}
     return profile_io.write(profile, Path(out), floors, command)
+
+
+def progress_points(settings: MeasureSettings, regimes: int, target_contexts: int, probes: int, greedy: bool) -> int:
+    """The points `measure_profile` times, for its progress line: per regime, each pass over the grid
+    (`_regime_costs`), the heads and the sampling costs; then the host costs and the agreement curve."""
+    contexts, prompt_lengths = len(settings.contexts), len(settings.prompt_lengths)
+    forwards = len(target_widths(settings.K_max, settings.tree_widths))
+    # with tree widths, the target forwards and draft frontiers again under the tree rule
+    tree_points = forwards + len(tree_body_widths(settings.tree_widths)) if settings.tree_widths else 0
+    grid_points = (
+        forwards * target_contexts
+        + tree_points * contexts
+        + 2 * prompt_lengths
+        + contexts * len(draft_body_widths(settings.tree_widths))  # the draft body
+        + 1  # its dense head
+        + probes
+        + contexts  # prompt lookup
+        + (contexts * len(CHAIN_BODY_WIDTHS) + 1 if settings.early_exit_layers is not None else 0)
+    )
+    sampled = 0 if greedy else len(verify_widths(settings.K_max, settings.tree_widths)) + 1 + probes
+    per_regime = settings.passes * grid_points + head_points(settings.heads) * (1 if greedy else 2) + sampled
+    return regimes * per_regime + 3  # host costs, the round's host costs, the agreement curve
 
 
 def bandwidth_floors(pair, probes, bandwidth_gbs) -> dict:

@@ -242,9 +242,8 @@ def test_passes_merge_each_timing_as_the_median_of_its_passes():
     assert merged_passes([{"a": 1.0, "median_ms": 2.0, "n": 3}]) == {"a": 1.0, "median_ms": 2.0, "n": 3}
 
 
-def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path, monkeypatch):
-    """--passes 2 times the grid twice: each target and draft point has twice --reps repetitions, and
-    the profile says so; host costs, timed once, keep theirs. The progress bar ends at its total."""
+def _counted_progress(monkeypatch) -> dict:
+    """measure_profile's progress line, counted: its total and the points it was told of."""
     import measure.profiling
 
     counted = {}
@@ -259,6 +258,13 @@ def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path, monkeypatch
             super().update(count)
 
     monkeypatch.setattr(measure.profiling, "Progress", Counted)
+    return counted
+
+
+def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path, monkeypatch):
+    """--passes 2 times the grid twice: each target and draft point has twice --reps repetitions, and
+    the profile says so; host costs, timed once, keep theirs. The progress bar ends at its total."""
+    counted = _counted_progress(monkeypatch)
     out = tmp_path / "two.json"
     argv = [*TINY, "--passes", "2", "--graphs", "off", "--tree-widths", "3", "--probes", "1,2"]
     assert main([*argv, "--out", str(out)]) == 0
@@ -267,6 +273,15 @@ def test_a_profile_in_passes_counts_every_pass_repetitions(tmp_path, monkeypatch
     regime = profile["regimes"]["eager"]
     assert {t["n"] for t in _timings(regime["target"])} | {t["n"] for t in _timings(regime["draft"])} == {6}
     assert any("median of 2 passes" in note for note in profile["notes"])
+
+
+def test_the_progress_line_ends_at_its_total_with_sampling_and_heads(tmp_path, monkeypatch):
+    """Sampled costs and a heads section add their own points (`progress_points`): the line still ends
+    exactly at its total."""
+    counted = _counted_progress(monkeypatch)
+    argv = [*TINY, "--graphs", "off", "--tree-widths", "3", "--probes", "1,2", "--temperature", "0.7"]
+    assert main([*argv, "--heads", "dense+flashhead:2", "--out", str(tmp_path / "sampled.json")]) == 0
+    assert counted["total"] > 0 and counted["done"] == counted["total"]
 
 
 def test_a_grid_is_timed_one_repetition_of_each_point_in_turn():
