@@ -313,16 +313,32 @@ class _Validation:
         return measured, calibration_runs
 
     def meta(self, calibrations: dict) -> dict:
-        return _meta(
-            self.args,
-            self.p,
-            self.pair.weights,
-            self.control,
-            self.lookup_control,
-            calibrations,
-            self.calibration_prompts,
-            self.categories,
-        )
+        """results.json's meta: what ran, on what, and each category's calibration."""
+        args, p, categories = self.args, self.p, self.categories
+        acceptance = "the drafters' own proposals (no acceptance control)"
+        if self.control is not None:
+            acceptance = f"draft model under acceptance control {self.control.spec} (seed {self.control.seed})"
+        if self.lookup_control is not None:
+            acceptance += f"; prompt lookup under acceptance control {self.lookup_control.spec} per category"
+        return {
+            **_calibration_meta(calibrations),
+            "weights": self.pair.weights,
+            "target": args.target,
+            "draft": args.draft,
+            "early_exit_layers": args.early_exit_layers,
+            "placement": p["placement"],
+            "graphs": p["graphs"],
+            "acceptance": acceptance,
+            "prompts": {category: [p["prompts"][i].id for i in indices] for category, indices in categories.items()},
+            "prompt_count": len(p["prompts"]),
+            "per_category": ", ".join(f"{c}: {len(i)}" for c, i in categories.items()),
+            "max_new_tokens": args.max_new_tokens,
+            "warmup": args.warmup,
+            "repeats": p["repeats"],
+            "profile": args.profile,
+            "calibration_prompt": {category: prompt.id for category, (prompt, _) in self.calibration_prompts.items()},
+            "command": args.command,
+        }
 
     def _decoder(self, setting: Setting):
         p = self.p
@@ -963,33 +979,6 @@ def _csv(results: dict) -> str:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
-
-
-def _meta(args, p: dict, weights: str, control, lookup_control, calibrations: dict, prompts, categories: dict) -> dict:
-    acceptance = "the drafters' own proposals (no acceptance control)"
-    if control is not None:
-        acceptance = f"draft model under acceptance control {control.spec} (seed {control.seed})"
-    if lookup_control is not None:
-        acceptance += f"; prompt lookup under acceptance control {lookup_control.spec} per category"
-    return {
-        **_calibration_meta(calibrations),
-        "weights": weights,
-        "target": args.target,
-        "draft": args.draft,
-        "early_exit_layers": args.early_exit_layers,
-        "placement": p["placement"],
-        "graphs": p["graphs"],
-        "acceptance": acceptance,
-        "prompts": {category: [p["prompts"][i].id for i in indices] for category, indices in categories.items()},
-        "prompt_count": len(p["prompts"]),
-        "per_category": ", ".join(f"{c}: {len(i)}" for c, i in categories.items()),
-        "max_new_tokens": args.max_new_tokens,
-        "warmup": args.warmup,
-        "repeats": p["repeats"],
-        "profile": args.profile,
-        "calibration_prompt": {category: prompt.id for category, (prompt, _) in prompts.items()},
-        "command": args.command,
-    }
 
 
 def _calibration_meta(calibrations: dict) -> dict:
