@@ -238,7 +238,7 @@ class _Validation:
     def __init__(self, args, p: dict):
         self.args, self.p = args, p
         K = p["K"]
-        self.reference_len = args.max_new_tokens + 2 * K + 2
+        reference_len = args.max_new_tokens + 2 * K + 2
         self.pair, self.work = load_pair(
             args.target,
             args.draft,
@@ -246,7 +246,7 @@ class _Validation:
             args.dtype,
             args.seed,
             p["prompts"],
-            self.reference_len,
+            reference_len,
             K,
             args.clustering,
         )
@@ -281,7 +281,7 @@ class _Validation:
             [*self.work.ids, *(ids for _, ids in self.calibration_prompts.values())],
         )
         self.refs = references(
-            self.pair.decoder(self.head, K, p["graphs"], self.control), self.everything, self.reference_len
+            self.pair.decoder(self.head, K, p["graphs"], self.control), self.everything, reference_len
         )
         self.calibration_settings = calibration_settings_of(p)
         self.controls = {}
