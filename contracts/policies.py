@@ -67,10 +67,17 @@ def catch_up_widths(missed: int, context: int) -> tuple[int, ...]:
     cache already holds (their slots are rewritten from the same tokens) but not before position 0."""
     if missed <= 2:
         return (missed,)
-    largest = CATCH_UP_WIDTHS[-1]
-    leading = (missed - 1) // largest
-    rest = missed - leading * largest
-    return (largest,) * leading + (min(next(w for w in CATCH_UP_WIDTHS if w >= rest), context),)
+    *leading, last = chunk_widths(missed, CATCH_UP_WIDTHS)
+    return (*leading, min(last, context))
+
+
+def chunk_widths(count: int, widths: tuple[int, ...]) -> tuple[int, ...]:
+    """Forwards that feed `count` tokens from a few graphed `widths` (ascending): the largest while more
+    than it remain, then the smallest that holds the rest (its forward reaches back, or is padded)."""
+    largest = widths[-1]
+    leading = (count - 1) // largest
+    rest = count - leading * largest
+    return (largest,) * leading + (next(w for w in widths if w >= rest),)
 
 
 def arms(drafters: tuple[str, ...], Ks: tuple[int, ...]) -> tuple[Arm, ...]:

@@ -22,6 +22,7 @@ from model.flashhead import Clustering
 from model.graphs import GraphedCall
 from model.heads import DenseHead, FlashHead
 from model.loading import Loaded
+from model.prefill import GraphedPrefill, decoding_widths
 from model.prompt_lookup import LookupSearch
 from model.tree_rounds import ancestor_bits, frontier_inputs, tree_body_forward, tree_verify_forward, verify_tables
 
@@ -124,26 +125,32 @@ def target_costs(b: Bench, graphs: bool) -> dict:
             points.append({"n_tokens": n, "context": context})
             operations.append((step, [(t, start) for t in b.tokens(n, b.target_device, vocab)]))
     forward = b.time_grid(points, operations, b.target_device, "target forward")
-    return {"forward_ms": {"points": forward}, "prefill_ms": {"points": _prefill(b, b.target, b.target_device)}}
+    return {
+        "forward_ms": {"points": forward},
+        "prefill_ms": {"points": _prefill(b, b.target, b.target_device, _target_prefill(model))},
+    }
 
 
-def _prefill(b: Bench, loaded: Loaded, device: torch.device, first_token: bool = True) -> list[dict]:
-    """A prompt's forward, eager (the decoder does not graph prefill), with its last token's greedy choice
-    where the decoder makes one (`first_token`: the target's, not the draft's, whose prefill only fills its
-    cache; on a 262k vocabulary the choice alone costs 60 ms on a CPU)."""
-    model = loaded.model
-    head = DenseHead(model.head_weight)
-
-    def prefill(tokens, positions):
-        hidden = model.forward_hidden(tokens, positions)
-        return head.argmax(hidden[0, -1:]) if first_token else hidden
-
+def _prefill(b: Bench, loaded: Loaded, device: torch.device, prefill: Callable) -> list[dict]:
+    """`prefill(tokens [1, P])` timed at each prompt length, run as the decoder runs it."""
     points = []
     for length in b.prompt_lengths:
-        inputs = [(t, _positions(0, length, device)) for t in b.tokens(length, device, model.config.vocab_size, 2)]
+        inputs = [(t,) for t in b.tokens(length, device, loaded.model.config.vocab_size, 2)]
         points.append({"prompt_len": length, **b.time(prefill, inputs, device)})
         b.tick(f"{loaded.info['name']} prefill {length}")
     return points
+
+
+def _target_prefill(model) -> Callable:
+    """The target's prefill, eager as in the decoder, with its last token's greedy choice: the first token
+    (on a 262k vocabulary the choice alone costs 60 ms on a CPU)."""
+    head = DenseHead(model.head_weight)
+
+    def prefill(tokens):
+        hidden = model.forward_hidden(tokens, _positions(0, tokens.shape[1], tokens.device))
+        return head.argmax(hidden[0, -1:])
+
+    return prefill
 
 
 def draft_costs(b: Bench, graphs: bool) -> dict:
@@ -178,7 +185,9 @@ def draft_costs(b: Bench, graphs: bool) -> dict:
         "append_ms": {
             k: v for k, v in body_points[0].items() if k not in ("n_tokens", "context")
         },  # one 1-token body step
-        "prefill_ms": {"points": _prefill(b, b.draft, device, first_token=False)},
+        "prefill_ms": {
+            "points": _prefill(b, b.draft, device, GraphedPrefill(model, device, decoding_widths(device, graphs)))
+        },
         "kv_crop_ms": crop,
     }
 

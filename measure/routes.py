@@ -66,6 +66,10 @@ default all, in this order):
   fed the token the last one proposed, at contexts 300 and 4,000, replayed as a graph per body and per head
   (as the decoder's proposals run), as a graph per step, and as one graph for the round: the whole and a
   step's time (`step_ms`) against a step's floor.
+- `draft-prefill`: the Qwen3-0.6B draft's prefill (the decoder's draft: fused kernels, the GEMV routes) at
+  PREFILL_PROMPTS prompt lengths, eager (one forward of the prompt, the decoder before session 34), in
+  chunks of each one of PREFILL_CHUNKS tokens, and in chunks of the decoder's widths (model/prefill.py,
+  CHUNK_WIDTHS), each chunk a graph replay, with its TFLOPS. Eager, the spread is the host's launch speed.
 Needs a CUDA GPU with room for the AWQ Qwen3-32B with its repacked planes (about 40 GB) and triton.
 Writes --out (JSON): `env`, `routes` and `rows`, each with route, setting, shape or context, the timing, and
 `tflops` or `floor_ms` where they apply.
@@ -88,10 +92,12 @@ from model.decoder import Decoder
 from model.graphs import GraphedCall
 from model.heads import DenseHead
 from model.loading import load_model
+from model.pair import draft_routes
+from model.prefill import CHUNK_WIDTHS, GraphedPrefill
 from model.presets import PRESETS
 
 from .benchmarks import copy_bandwidth_gbs
-from .speed import DRAFT, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
+from .speed import DRAFT, DRAFT_SEED, STEP_TOKENS, TARGET_AWQ, TARGET_K, TARGET_SEED, draft_step
 from .speed_file import (
     CONTEXT,
     LONG_CONTEXT,
@@ -128,6 +134,7 @@ ROUTES = (
     "draft-gemv",
     "draft-persistent",
     "draft-chain",
+    "draft-prefill",
 )
 DEQUANT_LAUNCHES = [
     {"BLOCK_IN": block_in, "BLOCK_OUT": block_out, "num_warps": warps}
@@ -205,6 +212,8 @@ GEMV_SPLITS = (1, 2, 4, 8)
 CHAIN_STEPS = 6  # draft-chain: the draft steps of a round (the validations' K)
 # draft-chain's settings: the graphs a round's draft steps replay
 CHAIN_GRAPHS = ("a graph per body and per head", "a graph per step", "one graph for the round")
+PREFILL_PROMPTS = (128, 300, 1024, 3000)  # draft-prefill's prompt lengths
+PREFILL_CHUNKS = (64, 128, 256, 512, 1024)  # draft-prefill's chunk widths
 L2_OVERFLOW_BYTES = 256 * 2**20  # a timing reads this much weight (distinct copies), several times an H200's L2
 
 
@@ -651,6 +660,26 @@ def draft_chain_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
     return rows
 
 
+def draft_prefill_rows(device: torch.device, reps: int) -> list[dict]:
+    """The draft's prefill at each of PREFILL_PROMPTS, eager and in graphed chunks of each of PREFILL_CHUNKS:
+    and in chunks of the decoder's widths: which widths model.prefill.CHUNK_WIDTHS should hold."""
+    model = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, max(PREFILL_PROMPTS) + 64, kernels="fused").model
+    draft_routes(model)
+    settings = {"eager": GraphedPrefill(model, device, ())}
+    settings |= {f"chunks of {width}": GraphedPrefill(model, device, (width,)) for width in PREFILL_CHUNKS}
+    settings["decoder's widths"] = GraphedPrefill(model, device, CHUNK_WIDTHS)
+    generator = torch.Generator().manual_seed(DRAFT_SEED)
+    rows = []
+    for length in PREFILL_PROMPTS:
+        prompts = [(torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device),)]
+        flops = prefill_flops(model.config, length)
+        for setting, prefill in settings.items():
+            timing = time_op(prefill, prompts * 2, device, reps=reps)
+            row = {"route": "draft-prefill", "setting": setting, "prompt_len": length, **timing}
+            rows.append({**row, "tflops": flops / timing["median_ms"] / 1e9})
+    return rows
+
+
 def draft_step_rows(
     route: str,
     settings: dict,
@@ -831,7 +860,8 @@ def format_row(row: dict) -> str:
             f"{row['route']:16s} {row['setting']:16s} {'fit':24s} {row['fixed_us']:.1f} us fixed + the bytes at "
             f"{row['streaming_gbs']:.0f} GB/s ({row['share_of_bandwidth']:.0%} of copy)"
         )
-    where = next(f"{key} {row[key]}" for key in ("shape", "context", "tokens", "setting") if key in row)
+    keys = ("shape", "context", "tokens", "prompt_len", "setting")
+    where = next(f"{key} {row[key]}" for key in keys if key in row)
     if "draft" in row:
         where = f"{row['draft']} {row['shape']}"
     if "rows" in row:
@@ -887,6 +917,7 @@ def main(argv=None) -> int:
             "draft-layer": lambda: draft_layer_rows(device, args.reps, bandwidth_gbs),
             "draft-persistent": lambda: draft_persistent_rows(device, args.reps, bandwidth_gbs),
             "draft-chain": lambda: draft_chain_rows(device, args.reps, bandwidth_gbs),
+            "draft-prefill": lambda: draft_prefill_rows(device, args.reps),
             "draft-gemv": lambda: [
                 *draft_gemv_shape_rows(device, args.reps, bandwidth_gbs),
                 *draft_gemv_step_rows(device, args.reps, bandwidth_gbs),

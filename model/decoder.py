@@ -12,7 +12,9 @@ models write K/V by position and mask the slots above it (see model/transformer.
 
 Target and draft forwards go through `GraphedCall` (a CUDA graph per shape, eager on the CPU):
 the target per number of new tokens, the draft's body and head as separate graphs, so phase times
-can tell them apart. The schedules themselves live in `model/schedules.py`.
+can tell them apart, and the draft's prefill in chunks of one graphed width (model/prefill.py). The
+target's prefill stays eager: it yields the first token, and one graph per prompt length would not pay.
+The schedules themselves live in `model/schedules.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from model.draft_q_triton import DraftQ
 from model.dynamic_tree import DynamicTreeRounds
 from model.graphs import GraphedCall
 from model.heads import DenseHead, heads_by_position
+from model.prefill import GraphedPrefill, decoding_widths
 from model.router_stream import SideStream
 from model.sampling import GREEDY, SamplingSettings
 from model.sampling_noise import SamplingNoise
@@ -477,6 +480,8 @@ class Decoder:
         if self.trees is not None:  # a tree round's look-ahead (pipelined-deferred): tree attention, the same heads
             self.steppers["tree-lookahead"] = (self.trees.ahead.body, self._heads, self.draft_device, "draft")
         self.graphs = graphs and self.target_device.type == "cuda"
+        if draft is not None:
+            self.draft_prefill = GraphedPrefill(draft, self.draft_device, decoding_widths(self.draft_device, graphs))
         if self.graphs:
             self._capture()
 
@@ -527,6 +532,7 @@ class Decoder:
         for n in sorted({1, self.K, self.K + 1}):
             self._target(torch.zeros(1, n, dtype=torch.long, device=self.target_device), start)
         if self.draft is not None:
+            self.draft_prefill.capture()
             for n in (1, 2):
                 tokens = torch.zeros(1, n, dtype=torch.long, device=self.draft_device)
                 hidden, pos = self._body(tokens, start.to(self.draft_device))
@@ -615,12 +621,12 @@ class Decoder:
         overlap = with_draft and self.draft_device != self.target_device
         if overlap:
             with self.clock.span("initial", self.draft_device):
-                self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
+                self.draft_prefill(prompt_d)
         first_token = first.item()  # the first token reaches the host: TTFT ends, decoding starts
         self.clock.reset(time.perf_counter())
         if with_draft and not overlap:
             with self.clock.span("initial", self.draft_device):
-                self.draft.forward_hidden(prompt_d, torch.arange(P, device=self.draft_device))
+                self.draft_prefill(prompt_d)
         cursor = [prompt_ids[-1], first_token, P]
         out = torch.zeros(max_new + self.K + 2, dtype=torch.long, device=self.target_device)
         out[:1] = first

@@ -163,6 +163,7 @@ def test_the_draft_prefill_is_timed_without_a_first_token_choice(monkeypatch):
     import torch
 
     from measure import benchmarks
+    from model.prefill import GraphedPrefill, decoding_widths
 
     chosen = []
 
@@ -177,6 +178,7 @@ def test_the_draft_prefill_is_timed_without_a_first_token_choice(monkeypatch):
     class Model:
         head_weight = torch.zeros(1)
         config = type("Config", (), {"vocab_size": 10})
+        max_seq_len = 16
 
         def forward_hidden(self, tokens, positions):
             return torch.zeros(1, tokens.shape[-1], 4)
@@ -196,9 +198,10 @@ def test_the_draft_prefill_is_timed_without_a_first_token_choice(monkeypatch):
 
     monkeypatch.setattr(benchmarks, "DenseHead", CountingHead)
     loaded = type("Loaded", (), {"model": Model(), "info": {"name": "m"}})
-    benchmarks._prefill(Bench(), loaded, torch.device("cpu"), first_token=False)
-    assert chosen == []
-    benchmarks._prefill(Bench(), loaded, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    benchmarks._prefill(Bench(), loaded, cpu, GraphedPrefill(loaded.model, cpu, decoding_widths(cpu, True)))
+    assert chosen == []  # the draft's, as the decoder runs it
+    benchmarks._prefill(Bench(), loaded, cpu, benchmarks._target_prefill(loaded.model))
     assert len(chosen) == 2  # the target's prefill picks its first token at each prompt length
 
 

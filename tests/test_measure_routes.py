@@ -24,7 +24,7 @@ def test_routes_parse_in_their_fixed_order():
         ArgumentTypeError,
         match=r"^unknown route prefil \(choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, target-attention, "
         r"target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, draft-persistent, "
-        r"draft-chain or all\)$",
+        r"draft-chain, draft-prefill or all\)$",
     ):
         routes.parse_routes("awq-gemm,prefil")
 
@@ -34,7 +34,7 @@ def test_bad_routes_are_one_line_and_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "error: argument --routes: unknown route fast (choices: awq-dequant, awq-gemm, awq-fixed-cost, awq-prefill, "
         "target-attention, target-kernels, target-width, target-ablation, draft-attention, draft-layer, draft-gemv, "
-        "draft-persistent, draft-chain or all) "
+        "draft-persistent, draft-chain, draft-prefill or all) "
         "(see python -m measure.routes --help)"
     ]
     assert list(tmp_path.iterdir()) == []

@@ -43,11 +43,21 @@ def test_every_schedule_equals_target_greedy(placement, graphs, head, spec):
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_graphs_are_captured_up_front(placement):
     dec, _ = _decoder(placement)
-    counts = (dec._target.captured, dec._body.captured, sum(h.captured for h in dec._heads))
-    assert counts == (3, 2, 1)  # target n = 1, K, K+1; draft body n = 1, 2; draft head
+
+    def captured():
+        return (
+            dec._target.captured,
+            dec._body.captured,
+            sum(h.captured for h in dec._heads),
+            dec.draft_prefill.captured,
+        )
+
+    counts = captured()
+    # target n = 1, K, K+1; draft body n = 1, 2; draft head; the draft's prefill chunks (128 and ROOM = 160 tokens)
+    assert counts == (3, 2, 1, 2)
     for schedule in ("baseline",) + SPECULATIVE:
         dec.generate(PROMPT, MAX_NEW, schedule)
-    assert (dec._target.captured, dec._body.captured, sum(h.captured for h in dec._heads)) == counts
+    assert captured() == counts
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
