@@ -661,8 +661,8 @@ def draft_chain_rows(device: torch.device, reps: int, bandwidth_gbs: float) -> l
 
 
 def draft_prefill_rows(device: torch.device, reps: int) -> list[dict]:
-    """The draft's prefill at each of PREFILL_PROMPTS, eager and in graphed chunks of each of PREFILL_CHUNKS:
-    and in chunks of the decoder's widths: which widths model.prefill.CHUNK_WIDTHS should hold."""
+    """The draft's prefill at each of PREFILL_PROMPTS: eager, in graphed chunks of each one of PREFILL_CHUNKS,
+    and in chunks of the decoder's widths (which widths model.prefill.CHUNK_WIDTHS should hold)."""
     model = load_model(DRAFT, device, "bfloat16", DRAFT_SEED, max(PREFILL_PROMPTS) + 64, kernels="fused").model
     draft_routes(model)
     settings = {"eager": GraphedPrefill(model, device, ())}

@@ -12,7 +12,7 @@ models write K/V by position and mask the slots above it (see model/transformer.
 
 Target and draft forwards go through `GraphedCall` (a CUDA graph per shape, eager on the CPU):
 the target per number of new tokens, the draft's body and head as separate graphs, so phase times
-can tell them apart, and the draft's prefill in chunks of one graphed width (model/prefill.py). The
+can tell them apart, and the draft's prefill in chunks of a few graphed widths (model/prefill.py). The
 target's prefill stays eager: it yields the first token, and one graph per prompt length would not pay.
 The schedules themselves live in `model/schedules.py`.
 """

@@ -1,12 +1,13 @@
 """The draft model's prefill as replays of a few CUDA graphs, a chunk of the prompt each.
 
-Eager, the 0.6B draft's prefill of a few hundred tokens is some two hundred kernel launches that
-the host issues one by one: on one H200 it took 9 to 17 ms up to 1,024 tokens whatever the length,
-and 10 to 25 ms a generation in a validation, moving from one stretch of generations to the next
-with the host's launch speed (docs/design.md, "Calibration"). On one device it lies in each
-generation's first round, so that spread was the simulator's error. Graphs of CHUNK_WIDTHS tokens
-leave the device's time alone: 1.3 ms at 128 tokens, 2.5 at 300 and 4.3 at 1,024 on one H200
-(`python -m measure.routes --routes draft-prefill`, reports/speed/).
+Eager, the 0.6B draft's prefill is some two hundred kernel launches that the host issues one by one:
+on one H200 it took 7 to 17 ms up to 1,024 tokens with little regard to the length, and 10 to 25 ms a
+generation in a validation, moving from one stretch of generations to the next with the host's launch
+speed (docs/design.md, "Calibration"). On one device it lies in each generation's first round, so that
+spread was the simulator's error. Graphs of CHUNK_WIDTHS tokens leave the device's time alone: 1.2 ms
+at 128 tokens, 2.4 at 300 and 4.3 at 1,024 on one H200 (`python -m measure.routes --routes
+draft-prefill`, reports/speed/h200_routes_draft_prefill.json). Past about 2,500 tokens the eager
+forward, bound by the device by then, is the faster (by 8% at 3,000 tokens); the chunks stay, for one rule.
 
 The chunks follow contracts.policies.chunk_widths from position 0: the widest while more than it
 remain, then the narrowest that holds the rest, which ends at the prompt's last token and so reaches
