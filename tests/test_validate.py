@@ -508,3 +508,46 @@ def test_a_rounds_time_is_its_phases_less_the_closing_append():
 
     phases = {"verify": 9.0, "draft_body": 1.0, "other": 0.5, "finalize": 3.0}
     assert round_ms({"round": 3, "phases_ms": phases, "host_gap_ms": 0.2}) == pytest.approx(10.5)
+
+
+def test_each_kind_of_tree_fits_its_read_gap_to_its_own_generations(monkeypatch):
+    """The tree instances of one head pool their calibration generations for the cost scales, but a
+    static tree's read gap is fitted to the static trees' speculative generations and a dynamic tree's to
+    its own (it rebuilds its tables each round); a chain's to the chains', the baseline's to the
+    baselines'. Sessions 33-34's dynamic tree, fitted with the static ones, was predicted 4.2-4.3% fast."""
+    from validate import pipeline
+    from validate.plan import Config
+
+    monkeypatch.setattr(pipeline, "profile_has_read_gap", lambda path, graphs: True)
+    monkeypatch.setattr(pipeline, "scales_from", lambda pool, *args: {"pool": len(pool)})
+    monkeypatch.setattr(pipeline, "draft_prefill_edit", lambda *args: ())
+    monkeypatch.setattr(pipeline, "read_gap_from", lambda summaries: 0.1)
+    fitted_to = {}
+
+    def fit(records, scales, gap, *args):
+        names = sorted(config.name for config, *_ in records)
+        return fitted_to.setdefault(tuple(names), len(fitted_to))
+
+    monkeypatch.setattr(pipeline, "fitted_read_gap", fit)
+    instances = {
+        "K4-dense": Config("deferred", "dense", 4),
+        "tree2x2x1-dense": Config("deferred", "dense", 3, "2x2x1"),
+        "tree4x3x4-dense": Config("deferred", "dense", 3, "4x3x4"),
+        "treedynamic4.16.4-dense": Config("deferred", "dense", 4, "dynamic:4,16,4"),
+    }
+    baseline = Config("baseline", "dense", 0)
+    summary = {"per_prompt": [{"prompt_id": "82"}]}
+    records = {
+        group: [(baseline, None, [], summary, None), (c, None, [], summary, None)] for group, c in instances.items()
+    }
+    records["baseline"] = [(baseline, None, [], summary, None)]
+    calibrations = pipeline.calibrate(records, "profile.json", "one-gpu", True)
+    gaps = {group: calibration.read_gap_ms for group, calibration in calibrations.items()}
+    names = {index: names for names, index in fitted_to.items()}
+    assert names[gaps["treedynamic4.16.4-dense"]] == ("deferred-dense-treedynamic4.16.4",)
+    assert names[gaps["tree2x2x1-dense"]] == ("deferred-dense-tree2x2x1", "deferred-dense-tree4x3x4")
+    assert gaps["tree4x3x4-dense"] == gaps["tree2x2x1-dense"]
+    assert names[gaps["K4-dense"]] == ("deferred-dense-K4",)
+    assert names[gaps["baseline"]] == ("baseline",) * 5
+    # the scales still pool every tree instance's generations, baselines included
+    assert calibrations["treedynamic4.16.4-dense"].scales == {"pool": 6}

@@ -42,6 +42,7 @@ from .calibration import (
     draft_prefill_edit,
     fitted_read_gap,
     group_name,
+    host_kind,
     pooled,
     read_gap_from,
     scales_from,
@@ -394,7 +395,7 @@ def calibrate(records: dict, profile_path, placement: str, graphs: bool) -> dict
         prompt = group_records[0][3]["per_prompt"][0]["prompt_id"]
         gap = read_gap_from(summary for *_, summary, _ in pool) if gap_in_profile else None
         if gap is not None:
-            own_kind = [r for r in pool if (r[0].schedule == "baseline") == (group == "baseline")]
+            own_kind = [r for r in pool if host_kind(group_name(r[0])) == host_kind(group)]
             gap = fitted_read_gap(own_kind, scales, gap, profile_path, placement, graphs, prefill)
         calibrations[group] = Calibration(group, prompt, pool, scales, gap, prefill)
     return calibrations
