@@ -259,3 +259,18 @@ def test_gemv_sweep_keeps_dividing_splits_and_picks_one_launch_per_shape_over_al
     line = routes.format_row({**row, "median_ms": 0.004, **timing, "gbs": 1048.6, "share_of_bandwidth": 0.25})
     assert " ".join(line.split()).startswith("draft-gemv cublas qwen3-0.6b o 2048x1024 x 4 rows 0.004 ms")
     assert line.endswith("1049 GB/s (25% of copy)")
+
+
+def test_draft_prefill_times_every_setting_at_every_prompt_length(monkeypatch):
+    """draft-prefill on the CPU with the tiny draft (SYNTHETIC weights): a row per prompt length and setting,
+    eager first and the decoder's widths last, each with its timing and TFLOPS; the line names the length."""
+    tiny = load_model("tiny-qwen3-draft", "cpu", None, seed=2, max_seq_len=64)
+    monkeypatch.setattr(routes, "load_model", lambda *args, **kwargs: tiny)
+    monkeypatch.setattr(routes, "PREFILL_PROMPTS", (5, 21))
+    monkeypatch.setattr(routes, "PREFILL_CHUNKS", (4, 8))
+    monkeypatch.setattr(routes, "CHUNK_WIDTHS", (4, 16))
+    rows = routes.draft_prefill_rows(torch.device("cpu"), reps=2)
+    settings = ["eager", "chunks of 4", "chunks of 8", "decoder's widths"]
+    assert [(row["prompt_len"], row["setting"]) for row in rows] == [(n, s) for n in (5, 21) for s in settings]
+    assert all(row["median_ms"] > 0 and row["tflops"] > 0 for row in rows)
+    assert " ".join(routes.format_row(rows[-1]).split()).startswith("draft-prefill decoder's widths prompt_len 21 ")
