@@ -674,7 +674,7 @@ def draft_prefill_rows(device: torch.device, reps: int) -> list[dict]:
         prompts = [(torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device),)]
         flops = prefill_flops(model.config, length)
         for setting, prefill in settings.items():
-            timing = time_op(prefill, prompts * 2, device, reps=reps)
+            timing = time_op(prefill, prompts, device, reps=reps)
             row = {"route": "draft-prefill", "setting": setting, "prompt_len": length, **timing}
             rows.append({**row, "tflops": flops / timing["median_ms"] / 1e9})
     return rows

@@ -159,9 +159,9 @@ def pooled(records: dict, group: str) -> list:
 def host_kind(group: str) -> str:
     """What a decoder instance's rounds do on the host around their reads, to which its read gap is fitted:
     the baseline's, a chain's, a static tree's (its tables, its path's moves) or a dynamic tree's (which also
-    rebuilds its tables each round). A dynamic tree's gap fitted with the static trees' pool left it 0.1 ms
-    a round short: its deferred runs were predicted 4.2% and 4.3% fast on one H200 (sessions 33 and 34),
-    and 0.7-1.0% with its own (`reports/trees/README.md`)."""
+    rebuilds its tables each round). A dynamic tree's gap fitted with the static trees' pool left its deferred
+    rounds about 1.4 ms short each (120 ms over 84 rounds, session 34): they were predicted 4.2% and 4.3% fast
+    on one H200 (sessions 33 and 34), and 0.7-1.0% with its own (`reports/trees/README.md`)."""
     if group == "baseline":
         return "baseline"
     if group.startswith("treedynamic"):
