@@ -66,12 +66,23 @@ class DynamicTreeRounds(TreeRounds):
         self.own_bits = torch.ones(N, dtype=torch.long, device=device) << torch.arange(N, device=device)
         self.guess = torch.full((1,), -1, dtype=torch.long, device=device)  # pipelined-deferred (`_guess`)
         self.capturing = False
+        # the round's candidates and each fed depth's nodes and ancestor words (`_record`, `_grow_fn`)
+        draft = dec.draft_device
+        self.token = torch.zeros(self.candidates, dtype=torch.long, device=draft)
+        self.score = torch.zeros(self.candidates, device=draft)
+        self.parent = torch.full((self.candidates,), -1, dtype=torch.long, device=draft)
+        self.fed_slot = torch.full((self.candidates,), -1, dtype=torch.long, device=draft)
+        self.depth_ids = [M + (d - 2) * M * M + torch.arange(M * M, device=draft) for d in range(2, D + 1)]
+        self.frontiers = [self.ranks.clone() for _ in range(D - 1)]
+        self.fed_words = [torch.ones_like(self.ranks) << self.ranks for _ in range(D - 1)]
         heads = heads_by_position(dec.draft_head)
         self._tree_body = GraphedCall(self._tree_body_fn, enabled=graphs)
         self._children = [
             GraphedCall(partial(self._scored_fn, head=heads[min(i, len(heads) - 1)], k=M), enabled=graphs)
             for i in range(D)
         ]
+        self._grow = [GraphedCall(partial(self._grow_fn, depth=d), enabled=graphs) for d in range(1, D)]
+        self._finish = GraphedCall(self._finish_fn, enabled=graphs)
         self._verify = GraphedCall(self._verify_fn, enabled=graphs)
         self.ahead = TreeLookahead(self, tree)
 
@@ -82,43 +93,68 @@ class DynamicTreeRounds(TreeRounds):
         return (tokens if control is None else control.propose_children(tokens, pos)), logp
 
     def _draft(self, cursor: torch.Tensor) -> torch.Tensor:
-        M, D, device = self.top_m, self.depth, self.dec.draft_device
+        """The root's forward, then per depth the M best new nodes fed with tree attention. The work
+        between the forwards (the candidates' bookkeeping, the next frontier, the round's tables) replays
+        as graphs (`_grow`, `_finish`): eager it was about a hundred small launches a round, host-bound."""
         p = cursor[2:3]
-        token = torch.zeros(self.candidates, dtype=torch.long, device=device)
-        score = torch.zeros(self.candidates, device=device)
-        parent = torch.full((self.candidates,), -1, dtype=torch.long, device=device)
-        fed_slot = torch.full((self.candidates,), -1, dtype=torch.long, device=device)
         with self._step("draft_body", 2):
             hidden, _ = self.dec.steppers["draft-model"][0](cursor[:2].view(1, 2), p - 1)
-        with self._step("draft_head", 0):
-            children, logp = self._children[0](hidden, p + 1)
-        token[:M], score[:M] = children[0], logp[0]
-        frontier, words = self.ranks, torch.ones_like(self.ranks) << self.ranks
-        for depth in range(2, D + 1):
-            slots = (depth - 2) * M + self.ranks
-            fed_slot[frontier] = slots
-            with self._step("draft_body", M):
-                rope = p + depth - 1 + torch.zeros_like(slots)
-                hidden = self._tree_body(token[frontier].view(1, -1), p + 1 + slots, rope, words, p + 1)
+        for depth in range(1, self.depth):
             with self._step("draft_head", 0):
                 children, logp = self._children[depth - 1](hidden, p + depth)
-            ids = M + (depth - 2) * M * M + torch.arange(M * M, device=device)
-            token[ids] = children.flatten()
-            score[ids] = (score[frontier][:, None] + logp).flatten()
-            parent[ids] = frontier.repeat_interleave(M)
-            if depth < D:
-                best = score[ids].topk(M).indices
-                words = words[best // M] | (torch.ones_like(best) << ((depth - 1) * M + self.ranks))
-                frontier = ids[best]
-        return self._choose(token, score, parent, fed_slot)
+            inputs = self._grow[depth - 1](children, logp, p)
+            with self._step("draft_body", self.top_m):
+                hidden = self._tree_body(*inputs)
+        with self._step("draft_head", 0):
+            children, logp = self._children[self.depth - 1](hidden, p + self.depth)
+        return self._finish(children, logp).clone()
 
-    def _choose(self, token, score, parent, fed_slot) -> torch.Tensor:
+    # --- graph-captured bookkeeping (the candidates live at fixed addresses) ----------------------
+    def _record(self, children, logp, depth: int) -> torch.Tensor:
+        """Writes the children of the nodes fed at `depth` - 1 (the root's at depth 1) as candidates:
+        tokens, cumulative log-probabilities and parents. Returns their candidate indices."""
+        M = self.top_m
+        if depth == 1:
+            self.token.zero_()
+            self.score.zero_()
+            self.parent.fill_(-1)
+            self.fed_slot.fill_(-1)
+            self.token[:M], self.score[:M] = children[0], logp[0]
+            return self.ranks
+        frontier, ids = self.frontiers[depth - 2], self.depth_ids[depth - 2]
+        self.token[ids] = children.flatten()
+        self.score[ids] = (self.score[frontier][:, None] + logp).flatten()
+        self.parent[ids] = frontier.repeat_interleave(M)
+        return ids
+
+    def _grow_fn(self, children, logp, p, depth: int) -> tuple:
+        """Records depth `depth`'s children, feeds the M best of them next (their slots, ancestor words)
+        and returns the draft body's inputs for them (`tree_body_forward`)."""
+        M = self.top_m
+        ids = self._record(children, logp, depth)
+        if depth > 1:
+            best = self.score[ids].topk(M).indices
+            own = torch.ones_like(best) << ((depth - 1) * M + self.ranks)
+            self.fed_words[depth - 1].copy_(self.fed_words[depth - 2][best // M] | own)
+            self.frontiers[depth - 1].copy_(ids[best])
+        frontier, words = self.frontiers[depth - 1], self.fed_words[depth - 1]
+        slots = (depth - 1) * M + self.ranks
+        self.fed_slot[frontier] = slots
+        rope = p + depth + torch.zeros_like(slots)
+        return self.token[frontier].view(1, -1), p + 1 + slots, rope, words, p + 1
+
+    def _finish_fn(self, children, logp) -> torch.Tensor:
+        """Records the deepest children, then chooses the verified nodes: their tokens [N]."""
+        self._record(children, logp, self.depth)
+        return self._choose()
+
+    def _choose(self) -> torch.Tensor:
         """The N best candidates, parents first, and the round's tables for verify and compaction."""
         N, D = self.nodes, self.depth
-        chosen = torch.sort(score, descending=True, stable=True).indices[:N].sort().values
+        chosen = torch.sort(self.score, descending=True, stable=True).indices[:N].sort().values
         where = torch.zeros(self.candidates, dtype=torch.long, device=chosen.device)
         where[chosen] = torch.arange(N, device=chosen.device)
-        up = parent[chosen]
+        up = self.parent[chosen]
         has_parent = up >= 0
         parents = torch.where(has_parent, where[up.clamp(min=0)], 0)
         depths = self.candidate_depth[chosen]
@@ -136,28 +172,28 @@ class DynamicTreeRounds(TreeRounds):
         self.from_root.copy_(~has_parent)
         self.depths.copy_(depths)
         self.path_table.copy_(table)
-        self.draft_slot.copy_(fed_slot[chosen])
+        self.draft_slot.copy_(self.fed_slot[chosen])
         self.sibling_rank.copy_(chosen % self.top_m)  # candidates come in sibling groups of M, by rank
         self.verify_rope[1 : N + 1] = depths
         self.verify_bits[1 : N + 1] = words
-        self._guess(token, score, parent, fed_slot, chosen, where)
-        return token[chosen]
+        self._guess(chosen, where)
+        return self.token[chosen]
 
-    def _guess(self, token, score, parent, fed_slot, chosen, where) -> None:
+    def _guess(self, chosen, where) -> None:
         """pipelined-deferred: the look-ahead guesses the path to the depth-D candidate of highest
         cumulative draft log-probability; its leaf token, its fed ancestors' slots, and its index among
         the verified nodes (-1 when it is not verified: the look-ahead is then never used)."""
         M, D = self.top_m, self.depth
         last_depth = M if D == 1 else M * M  # the depth-D candidates come last
-        leaf = self.candidates - last_depth + score[-last_depth:].argmax()
+        leaf = (self.candidates - last_depth + self.score[-last_depth:].argmax()).view(1)  # [1]: a 0-d index syncs
         slots, node = torch.zeros(D - 1, dtype=torch.long, device=leaf.device), leaf
         for step in range(D - 1):
-            node = parent[node]
-            slots[D - 2 - step] = fed_slot[node]
+            node = self.parent[node]
+            slots[D - 2 - step : D - 1 - step] = self.fed_slot[node]
         self.ahead.set_path(slots)
-        self.ahead.leaf.copy_(token[leaf].view(1))
+        self.ahead.leaf.copy_(self.token[leaf])
         verified = torch.zeros(self.candidates, dtype=torch.bool, device=leaf.device).index_fill_(0, chosen, True)
-        self.guess.copy_(torch.where(verified[leaf], where[leaf], -1).view(1))
+        self.guess.copy_(torch.where(verified[leaf], where[leaf], -1))
 
     def lookahead(self, run, nodes: torch.Tensor):
         """D + 1 draft steps past the guessed leaf, which need not be among the verified nodes."""

@@ -2,7 +2,8 @@
 drafts: every tree emits exactly target greedy under ordinary, pipelined, deferred and pipelined-deferred
 (its look-ahead used and wasted), in float32 and in bfloat16 (where only the path-ordered attention makes
 that hold); sampled trees emit the same tokens in every schedule of tree rounds only, and pipelined-deferred
-its own, with graphs and without, and follow acceptance control; every tree graph is captured up front;
+its own, with graphs and without, and follow acceptance control; every tree graph is captured up front, and
+a dynamic tree's bookkeeping in graphs proposes what it proposes eager;
 the decoder's fixed width covers the largest node budget; on two GPUs every tree decoder is refused in one
 line (contracts.trees.check_tree_devices)."""
 
@@ -104,6 +105,29 @@ def test_tree_graphs_are_captured_up_front():
     for schedule in ("deferred", "pipelined-deferred"):
         dec.generate(PROMPT, MAX_NEW, schedule)
     assert (trees._verify.captured, trees._tree_body.captured) == (2, 3)
+
+
+@pytest.mark.parametrize("tree", ["dynamic:2,7,3", "dynamic:4,16,4"])
+def test_a_dynamic_trees_bookkeeping_replays_as_graphs_and_drafts_what_it_drafts_eager(tree):
+    """The work between a dynamic tree's draft forwards (DynamicTreeRounds._grow, _finish) is captured up
+    front and none later, and proposes round for round what the eager bookkeeping proposes: target greedy
+    alone would not show a wrong choice of nodes, which changes only what is accepted."""
+    rounds, tables = {}, {}
+    for graphs in (True, False):
+        dec, want = _decoder("one-gpu", tree, graphs=graphs)
+        trees = dec.trees
+        bookkeeping = (*trees._grow, trees._finish)
+        captured = [call.captured for call in bookkeeping]
+        for schedule in TREE_SCHEDULES:
+            g = dec.generate(PROMPT, MAX_NEW, schedule)
+            assert g.tokens == want, (graphs, schedule)
+            rounds[graphs, schedule] = [(r.proposed, r.accepted, r.emitted, r.lookahead_used) for r in g.rounds]
+        tables[graphs] = [t.tolist() for t in (trees.parents, trees.depths, trees.verify_bits, trees.draft_slot)]
+        assert captured == [int(graphs)] * len(bookkeeping) == [call.captured for call in bookkeeping]
+    for schedule in TREE_SCHEDULES:
+        assert rounds[True, schedule] == rounds[False, schedule], schedule
+        assert len({accepted for _, accepted, _, _ in rounds[True, schedule]}) > 1, schedule
+    assert tables[True] == tables[False]
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
