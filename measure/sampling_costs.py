@@ -48,7 +48,9 @@ def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[d
     """Tables over n_tokens = K + 1 (K = 0 .. K_max, and every tree width: benchmarks.verify_widths) of the verify's
     decision, greedy and sampled. A tree's sampled settle (multi-branch rejection, model/tree_rounds.py)
     is costed by the chain's verification over as many rows: the target's distributions, the bulk of it,
-    are the same."""
+    are the same. Both decisions at every width are timed interleaved (Bench.time_grid): the sampled one is
+    host-bound, and timed width by width a slow spell of the host's landed on a few widths (one H200, session
+    35: 0.9-1.1 ms at 5, 10, 11 and 30 tokens, 0.46-0.52 at the others) and on their difference from greedy."""
     model, device = b.target.model, b.target_device
     vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
     widths = verify_widths(b.K_max, b.tree_widths)
@@ -69,7 +71,7 @@ def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[d
         return verify(target_probs, draft_probs, drafts, accept, sampled._race_noise(run.cursor[2:3]))
 
     generator = torch.Generator().manual_seed(0)
-    greedy_points, sampled_points = [], []
+    operations = []
     for n in widths:
         inputs = []
         for _ in range(VARIANTS):
@@ -77,10 +79,10 @@ def _verify_costs(b: Bench, graphs: bool, settings: SamplingSettings) -> tuple[d
             draft_probs = torch.softmax(torch.randn(n - 1, vocab, generator=generator), -1)
             drafts = torch.multinomial(draft_probs, 1, generator=generator).view(n - 1) if n > 1 else _no_tokens()
             inputs.append((hidden, draft_probs.to(device), drafts.to(device)))
-        greedy_points.append({"n_tokens": n, **b.time(greedy_verify, inputs, device)})
-        sampled_points.append({"n_tokens": n, **b.time(sampled_verify, inputs, device)})
-        b.tick(f"sampling verify n={n}")
-    return {"points": greedy_points}, {"points": sampled_points}
+        operations += [(greedy_verify, inputs), (sampled_verify, inputs)]
+    points = [{"n_tokens": n} for n in widths for _ in ("greedy", "sampled")]
+    timed = b.time_grid(points, operations, device, "sampling verify (greedy, then sampled)")
+    return {"points": timed[0::2]}, {"points": timed[1::2]}
 
 
 def _no_tokens() -> torch.Tensor:

@@ -128,8 +128,9 @@ def test_validate_runs_under_sampling_and_predicts_with_the_sampling_costs(tmp_p
 
 
 def test_measure_times_each_head_kind_sampled_per_budget_and_the_simulator_charges_it(tmp_path):
-    """python -m measure --temperature T --heads SPECS on tiny models (CPU): every kind of --heads and the
-    dense head get sampled rows per budget, and a sampled trace of the head is charged from them."""
+    """python -m measure --temperature T --heads SPECS on tiny models (CPU): the verify tables have a row per
+    width, every kind of --heads and the dense head get sampled rows per budget, and a sampled trace of the
+    head is charged from them."""
     import torch
 
     from measure.__main__ import main as measure_main
@@ -145,7 +146,10 @@ def test_measure_times_each_head_kind_sampled_per_budget_and_the_simulator_charg
         *("--heads", "shortlist:64,32", "--head-assets", str(assets), "--out", str(profile_path)),
     ]
     assert measure_main(argv) == 0
-    kinds = json.loads(profile_path.read_text())["sampling"]["costs"]["regimes"]["eager"]["head_kinds_ms"]
+    costs = json.loads(profile_path.read_text())["sampling"]["costs"]["regimes"]["eager"]
+    for table in ("verify_greedy_ms", "verify_sampled_ms"):  # K + 1 for K = 0..2, timed interleaved
+        assert [point["n_tokens"] for point in costs[table]["points"]] == [1, 2, 3]
+    kinds = costs["head_kinds_ms"]
     assert [row["budget"] for row in kinds["shortlist"]] == [32, 64] and [r["budget"] for r in kinds["dense"]] == [None]
     assert all(row["median_ms"] > 0 for rows in kinds.values() for row in rows)
     lines = [dict(line, head="shortlist:64", sample=0) for line in trace_lines([2, 0, 1])]
