@@ -107,7 +107,7 @@ class DynamicTreeRounds(TreeRounds):
                 hidden = self._tree_body(*inputs)
         with self._step("draft_head", 0):
             children, logp = self._children[self.depth - 1](hidden, p + self.depth)
-        return self._finish(children, logp).clone()
+        return self._finish(children, logp).clone()  # the graph's output is rewritten by its next replay
 
     # --- graph-captured bookkeeping (the candidates live at fixed addresses) ----------------------
     def _record(self, children, logp, depth: int) -> torch.Tensor:
