@@ -261,7 +261,8 @@ def progress_points(settings: MeasureSettings, regimes: int, target_contexts: in
         + contexts  # prompt lookup
         + (contexts * len(CHAIN_BODY_WIDTHS) + 1 if settings.early_exit_layers is not None else 0)
     )
-    sampled = 0 if greedy else len(verify_widths(settings.K_max, settings.tree_widths)) + 1 + probes
+    verifies = 2 * len(verify_widths(settings.K_max, settings.tree_widths))  # greedy and sampled at each width
+    sampled = 0 if greedy else verifies + 1 + probes
     per_regime = settings.passes * grid_points + head_points(settings.heads) * (1 if greedy else 2) + sampled
     return regimes * per_regime + 3  # host costs, the round's host costs, the agreement curve
 
