@@ -261,21 +261,22 @@ def tree_costs(b: Bench, graphs: bool) -> tuple[dict, dict]:
 def drafter_costs(b: Bench, graphs: bool, settings) -> dict:
     """The other drafters' costs, on the target's device where they run: prompt lookup's search over
     the prompt and output buffer (as the decoder runs it, model/prompt_lookup.LookupSearch: the
-    gathering copy and the search, a graph with graphs on) at each context, for K_max proposals; and
+    gathering copy and the search, a graph with graphs on) at each context, for K_max proposals, the
+    contexts interleaved as every grid's points are (the gathering copy is bound by the host); and
     with `settings.early_exit_layers` the early-exit draft's body over 1 and 2 new tokens at each
     context and the target's dense head."""
     model, device = b.target.model, b.target_device
     vocab = model.config.vocab_size
-    points = []
     search = LookupSearch(model.max_seq_len, b.K_max, device, settings.lookup_ngram, graphs)
+    operations = []
     for context in b.contexts:
         length = torch.tensor([context], device=device)
         inputs = [
             (t[0, : context // 2], t[0, context // 2 :], length, b.K_max, length - 1)
             for t in b.tokens(context + b.K_max + 2, device, vocab)
         ]
-        points.append({"context": context, **b.time(search, inputs, device)})
-        b.tick(f"prompt lookup ctx={context}")
+        operations.append((search, inputs))
+    points = b.time_grid([{"context": context} for context in b.contexts], operations, device, "prompt lookup")
     costs = {"lookup_ms": {"points": points}}
     if settings.early_exit_layers is None:
         return costs
