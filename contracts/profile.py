@@ -89,6 +89,12 @@ PROFILE_SECTIONS = ("schema", "created", "env", "setup", "regimes", "flashhead",
 PROFILE_SECTIONS += ("tensor_parallel", "notes")
 
 
+def setup_K_max(setup: dict):
+    """The most proposals a profile was measured for (`setup.K_max`; profiles written before the
+    restructure of 2026-11-22 call it `k_max`), or None."""
+    return setup.get("K_max", setup.get("k_max"))
+
+
 def check_profile(raw, source: str) -> None:
     """Raise UsageError unless `raw` is a valid profile (schema, setup, every required cost, FlashHead)."""
     if not isinstance(raw, dict):

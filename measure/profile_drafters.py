@@ -27,7 +27,7 @@ import torch
 from contracts import UsageError
 from contracts.cli import OneLineParser
 from contracts.files import check_output_file
-from contracts.profile import read_profile, write_profile
+from contracts.profile import read_profile, setup_K_max, write_profile
 from model.cli import run_torch_command
 from model.loading import load_model
 
@@ -40,7 +40,11 @@ COMMAND = "python -m measure.profile_drafters"
 def check_setup(profile: dict, early_exit_from_draft: bool) -> dict:
     """The setup fields this command reads, present; the early-exit copy allowed only where it is right."""
     setup = profile["setup"]
-    missing = [key for key in ("context_lengths", "k_max") if not setup.get(key)]
+    missing = [
+        key
+        for key, value in (("context_lengths", setup.get("context_lengths")), ("K_max", setup_K_max(setup)))
+        if not value
+    ]
     if missing:
         raise UsageError(f"--profile: its setup lacks {', '.join(missing)} (measure it with python -m measure)")
     target, draft = setup["target"]["name"], setup.get("draft", {}).get("name", "")
@@ -56,7 +60,7 @@ def lookup_costs(setup: dict, ngram: int, reps: int, warmup: int, regimes) -> di
     """Prompt lookup's search on the profile's target, at its contexts, as `python -m measure` times it,
     per regime of `regimes` (graphs: its search replayed as a CUDA graph)."""
     device = torch.device("cpu" if setup.get("placement", "cpu") == "cpu" else "cuda:0")
-    contexts, proposals = list(setup["context_lengths"]), setup["k_max"]
+    contexts, proposals = list(setup["context_lengths"]), setup_K_max(setup)
     target = load_model(
         setup["target"]["name"], device, setup["target"].get("dtype"), max_seq_len=max(contexts) + proposals + 8
     )
