@@ -301,7 +301,7 @@ def notes_for(target_info, draft_info, placement, bandwidth, backend) -> list[st
         "perf_counter on CPU; each repetition starts from an idle device.",
         "target.forward_ms is the decoder's own target step (dense argmax head included; fixed width on GPU, "
         "see model/decoder.py); the target's prefill is eager and the draft's replays graphs of a few chunk widths "
-        "in graphs on a GPU (model/prefill.py), as in the decoder; draft.body_ms is one draft step "
+        "on a GPU (model/prefill.py), as in the decoder; draft.body_ms is one draft step "
         "without its head; draft.append_ms is the same operation as one body step. With tree widths, "
         "target.tree_forward_ms and draft.tree_body_ms time them under the tree rule, as a tree decoder "
         "runs them (model/tree_rounds.py).",
