@@ -132,18 +132,14 @@ def check_lookahead(tree: TreeShape, option: str = "--tree") -> None:
 
 
 def check_tree_devices(tree: TreeShape, two_devices: bool, option: str = "--tree") -> None:
-    """One line when a tree would run with the models on two devices. A dynamic tree's tables are built
-    where the draft runs and read where the target verifies (model/dynamic_tree.py). Static trees on two
-    GPUs failed the test that they emit target greedy (trees 1x1x1 and paths:0;1;0.0;1.0;0.0.0, session
-    28; docs/design.md, "Token trees"), cause not found: they wait on one device until it is."""
-    if not two_devices or tree.kind == "chain":
-        return
-    why = (
-        "a dynamic tree's tables are built where the draft runs"
-        if tree.kind == "dynamic"
-        else "on two GPUs some static trees did not emit target greedy (docs/design.md, Token trees)"
-    )
-    raise UsageError(f"{option} {tree.label}: trees run with both models on one device ({why}); use one-gpu or cpu")
+    """One line when a dynamic tree would run with the models on two devices: its round's tables are built
+    where the draft runs and read where the target verifies (model/dynamic_tree.py). Static trees run on
+    two GPUs (tests/test_model_trees_gpu.py; docs/design.md, "Token trees")."""
+    if two_devices and tree.kind == "dynamic":
+        raise UsageError(
+            f"{option} {tree.label}: a dynamic tree runs with both models on one device (its tables are built "
+            "where the draft runs); use one-gpu or cpu, or a static tree"
+        )
 
 
 def chain_shape(length: int) -> TreeShape:

@@ -40,7 +40,7 @@ def scored_children(head, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, t
 class DynamicTreeRounds(TreeRounds):
     """Tree rounds whose tree the draft's probabilities choose each round (one device only: the
     round's tables are built where the draft runs and read where the target verifies; the decoder
-    refuses two, contracts.trees.check_tree_devices)."""
+    refuses two for a dynamic tree, contracts.trees.check_tree_devices)."""
 
     def __init__(self, dec, tree: TreeShape, graphs: bool):
         M, N, D = tree.top_m, tree.node_budget, tree.depth_budget
