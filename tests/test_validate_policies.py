@@ -3,10 +3,12 @@ category, its output is target greedy, every trace carries every drafter's match
 replays each fixed arm's recorded rounds exactly from those runs (so any error left is the cost model's)."""
 
 import json
+import math
 
 import pytest
 
-from contracts.trace import read_trace
+from contracts.policies import Arm
+from contracts.trace import read_trace, write_trace
 from tests.sim_fixtures import timing, tiny_profile
 from validate import policies
 from validate.__main__ import main
@@ -187,6 +189,31 @@ def test_from_runs_predicts_the_recorded_runs_again_as_the_run_did(report, tmp_p
     for c_before, c_slow in zip(before.values(), slower.values()):
         for r, s in zip(c_before["rows"], c_slow["rows"]):
             assert s["profile_only_tok_s"] < r["profile_only_tok_s"]
+
+
+def test_timing_noise_is_how_the_same_calibration_rounds_varied_between_runs(report, tmp_path):
+    """Two runs of a calibration generation: every round of the second slower by its own factor, both 30%
+    slower than recorded (a cost the simulator would misprice in every run alike). The noise is each round's
+    log time less the mean of its runs, scaled to one run's spread, after a generation's first round: the
+    30% drops out. With one run there is none to take, and the noise is the measured to simulated ratios."""
+
+    def scaled(lines, factor_of):
+        return [
+            {**line, "phases_ms": {k: v * factor_of(i) for k, v in line["phases_ms"].items()}}
+            for i, line in enumerate(lines)
+        ]
+
+    lines = read_trace(report / "traces" / "calibration" / "math" / "fixed-draft-model-K2.trace.jsonl")
+    logs = [0.01 * (i % 5 - 2) for i in range(len(lines))]
+    write_trace(tmp_path / "a.trace.jsonl", scaled(lines, lambda i: 1.3))
+    write_trace(tmp_path / "b.trace.jsonl", scaled(lines, lambda i: 1.3 * math.exp(logs[i])))
+    setting = policies.Setting("fixed", Arm("draft-model", 2))
+    runs = [(setting, tmp_path / "a.trace.jsonl", {}), (setting, tmp_path / "b.trace.jsonl", {})]
+    firsts = {line["prompt_id"]: i for i, line in reversed(list(enumerate(lines)))}
+    want = [sign * logs[i] / math.sqrt(2) for i in range(len(lines)) if i not in firsts.values() for sign in (-1, 1)]
+    assert len(want) > 4 and any(want)
+    assert sorted(policies._round_jitter(runs)) == pytest.approx(sorted(want), abs=1e-9)
+    assert policies._round_jitter(runs[:1]) == ()
 
 
 def test_online_policies_are_the_median_of_their_noisy_replays(report, tmp_path, monkeypatch):

@@ -24,8 +24,8 @@ before the next and each calibration run just before the same decoder's run of t
 both see the host alike; a configuration is measured as its median run (`median_run`), and the
 calibration pools its runs. Online policies are predicted as the median of `noise_seeds` replays, each
 with its own seed of timing noise on the round times the policy observes, drawn from how the calibration
-rounds' measured times differ from the simulated ones (`_round_residuals`): ucb1's choice of its next
-arm turns on a few percent of a round. The report gives per configuration measured and predicted tok/s
+rounds varied between the calibration's runs (`_timing_noise`): ucb1's choice of its next arm turns on a
+few percent of a round. The report gives per configuration measured and predicted tok/s
 and the error, and per category the order of the policies, measured and predicted, against the best
 fixed arm and the oracle (measured: per generation the fastest fixed arm's time).
 """
@@ -582,7 +582,7 @@ def _scenario(trace: Path, p: dict, profile_path, edits, policies, drafters, K, 
 
 def _predict(trace: Path, p: dict, profile_path, edits, baseline_edits, noise: tuple) -> dict[str, dict]:
     """The simulator's rows by configuration label ('baseline', arm labels, policies, 'oracle'). With
-    p['noise_seeds'] and `noise` (`_round_residuals`), each online policy's row is the
+    p['noise_seeds'] and `noise` (`_timing_noise`), each online policy's row is the
     median of that many replays, each with its own seed of noise on the round times it observes, and
     carries their range ('noise_range')."""
     rows, _ = simulate(
@@ -665,7 +665,7 @@ def _calibrate(runs: list, p: dict, profile_path) -> dict:
         "scales": scales,
         "prefill": prefill,
         "read_gap_ms": gaps,
-        "timing_noise": _round_residuals([run for run in runs if run[0].arm is not None], p, profile_path, speculative),
+        "timing_noise": _timing_noise([run for run in runs if run[0].arm is not None], p, profile_path, speculative),
         "speculative": speculative,
         "baseline": edits + ((("host.read_gap_ms", "=", gaps["baseline"]),) if gaps["baseline"] else ()),
     }
@@ -680,6 +680,37 @@ def _steady_rounds(runs: list, p: dict, profile_path, edits):
         for prompt_id in dict.fromkeys(line["prompt_id"] for line in lines):
             mine = [line for line in lines if line["prompt_id"] == prompt_id]
             yield mine[1:], [r["end_ms"] for r in rounds if r["prompt_id"] == prompt_id]
+
+
+def _timing_noise(runs: list, p: dict, profile_path, edits) -> tuple[float, ...]:
+    """The log ratios each replay of an online policy draws the noise on its observed round times from:
+    how the calibration's rounds varied between its runs (`_round_jitter`), or, where each ran once, how
+    their measured times differ from the simulated ones (`_round_residuals`)."""
+    return _round_jitter(runs) or _round_residuals(runs, p, profile_path, edits)
+
+
+def _round_jitter(runs: list) -> tuple[float, ...]:
+    """Each calibration round's log time less the mean of the same round's over the calibration's runs
+    (scaled by sqrt(n / (n - 1)) so that their spread is one run's), after a generation's first round;
+    empty where no round ran twice. A fixed arm's runs replay the same rounds, so what differs between
+    them is the host's and the devices' noise alone. `_round_residuals` also counts as noise what the
+    simulator misprices for a kind of round, every time alike: on two H200s in session 36 that moved
+    thompson's replays off the path all three of its real runs took (math, +7.9%; from its runs'
+    variation, +0.5%)."""
+    times = {}
+    for setting, trace, _ in runs:
+        firsts = set()
+        for line in read_trace(trace):
+            if line["prompt_id"] in firsts:
+                times.setdefault((setting.name, line["prompt_id"], line["round"]), []).append(round_ms(line))
+            firsts.add(line["prompt_id"])
+    jitter = []
+    for same_round in times.values():
+        if len(same_round) > 1 and min(same_round) > 0:
+            logs = [math.log(ms) for ms in same_round]
+            mean, scale = statistics.fmean(logs), math.sqrt(len(logs) / (len(logs) - 1))
+            jitter += [(x - mean) * scale for x in logs]
+    return tuple(jitter)
 
 
 def _round_residuals(runs: list, p: dict, profile_path, edits) -> tuple[float, ...]:
@@ -941,13 +972,14 @@ def _replays(seeds: int, noise: dict) -> str:
         return "one replay each, without timing noise"
     return (
         f"each the median of {seeds} replays; each replay multiplies every round time the policy observes "
-        "by the ratio of measured to simulated time of a calibration round of its category, drawn at random "
-        "from its own seed; `replays' range` gives the slowest and the fastest"
+        "by a ratio drawn at random, from its own seed, from how a calibration round of its category varied "
+        "between the calibration's runs (with one run, its measured to simulated time); `replays' range` "
+        "gives the slowest and the fastest"
     )
 
 
 def _noise_meta(residuals: tuple) -> dict:
-    """The calibration rounds' log ratios (`_round_residuals`) in brief, for results.json and the report."""
+    """The calibration rounds' log ratios (`_timing_noise`) in brief, for results.json and the report."""
     if not residuals:
         return {"rounds": 0, "sd": 0.0, "largest": 0.0}
     return {"rounds": len(residuals), "sd": statistics.pstdev(residuals), "largest": max(map(abs, residuals))}
@@ -955,7 +987,7 @@ def _noise_meta(residuals: tuple) -> dict:
 
 def _spread(noise: dict) -> str:
     return (
-        f"{noise['rounds']} rounds' measured / simulated time: log ratio sd {100 * noise['sd']:.2f}%, "
+        f"timing noise of {noise['rounds']} rounds: log ratio sd {100 * noise['sd']:.2f}%, "
         f"largest {100 * noise['largest']:.1f}%"
     )
 
