@@ -195,7 +195,7 @@ def test_timing_noise_is_how_the_same_calibration_rounds_varied_between_runs(rep
     """Two runs of a calibration generation: every round of the second slower by its own factor, both 30%
     slower than recorded (a cost the simulator would misprice in every run alike). The noise is each round's
     log time less the mean of its runs, scaled to one run's spread, after a generation's first round: the
-    30% drops out. With one run there is none to take, and the noise is the measured to simulated ratios."""
+    30% drops out. With one run there is none to take."""
 
     def scaled(lines, factor_of):
         return [

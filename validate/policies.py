@@ -693,10 +693,8 @@ def _round_jitter(runs: list) -> tuple[float, ...]:
     """Each calibration round's log time less the mean of the same round's over the calibration's runs
     (scaled by sqrt(n / (n - 1)) so that their spread is one run's), after a generation's first round;
     empty where no round ran twice. A fixed arm's runs replay the same rounds, so what differs between
-    them is the host's and the devices' noise alone. `_round_residuals` also counts as noise what the
-    simulator misprices for a kind of round, every time alike: on two H200s in session 36 that moved
-    thompson's replays off the path all three of its real runs took (math, +7.9%; from its runs'
-    variation, +0.5%)."""
+    them is noise alone, where `_round_residuals` also counts what the simulator misprices for a kind of
+    round in every run alike (docs/design.md, "Drafters and policies")."""
     times = {}
     for setting, trace, _ in runs:
         firsts = set()
