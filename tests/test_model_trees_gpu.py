@@ -33,7 +33,7 @@ def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="fl
 def _refused_on_two_gpus(placement, tree, **options) -> bool:
     """On two GPUs a dynamic tree decoder is refused in one line (contracts.trees.check_tree_devices: its
     tables are built on the draft's device). Whether `placement` and `tree` were that case."""
-    if placement != "two-gpu" or not tree.startswith("dynamic"):
+    if placement != "two-gpu" or parse_tree(tree).kind != "dynamic":
         return False
     with pytest.raises(UsageError, match=r"a dynamic tree runs with both models on one device"):
         _decoder(placement, tree, **options)
