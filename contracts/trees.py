@@ -131,17 +131,6 @@ def check_lookahead(tree: TreeShape, option: str = "--tree") -> None:
         )
 
 
-def check_tree_devices(tree: TreeShape, two_devices: bool, option: str = "--tree") -> None:
-    """One line when a dynamic tree would run with the models on two devices: its round's tables are built
-    where the draft runs and read where the target verifies (model/dynamic_tree.py). Static trees run on
-    two GPUs (tests/test_model_trees_gpu.py; docs/design.md, "Token trees")."""
-    if two_devices and tree.kind == "dynamic":
-        raise UsageError(
-            f"{option} {tree.label}: a dynamic tree runs with both models on one device (its tables are built "
-            "where the draft runs); use one-gpu or cpu, or a static tree"
-        )
-
-
 def chain_shape(length: int) -> TreeShape:
     """A chain of `length` tokens written as a static tree (for tests and the simulator)."""
     parents = tuple(range(-1, length - 1))

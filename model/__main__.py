@@ -20,7 +20,7 @@ from contracts.policies import Arm, arms, make_policy, parse_drafters, parse_pol
 from contracts.progress import Progress
 from contracts.timeline import write_timeline
 from contracts.trace import write_summary, write_trace
-from contracts.trees import MAX_K, TREE_FORMS, check_tree_devices, parse_tree
+from contracts.trees import MAX_K, TREE_FORMS, parse_tree
 
 require_modules("python -m model", ("torch",), "pip install torch, then pip install -e '.[model]'")
 
@@ -206,9 +206,7 @@ def run(args) -> int:
     alone = not arms_choice and not (args.placement or "").startswith("tp")
     check_tree(args.tree_shape, schedules, args.head_spec.kind, alone)
     if args.tree_shape.kind != "chain":  # check_tree refused trees that do not run alone
-        placement = resolve_placement(args.placement)[0]
-        check_tree_devices(args.tree_shape, placement == "two-gpu")
-        device_type = "cpu" if placement == "cpu" else "cuda"
+        device_type = "cpu" if resolve_placement(args.placement)[0] == "cpu" else "cuda"
         check_tree_precision(args.tree_shape, device_type, args.dtype or "bfloat16", args.kernels)
         args.K = args.tree_shape.depth
     if not settings.greedy and (arms_choice or (args.placement or "").startswith("tp")):

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from contracts import SCHEDULES, UsageError
 from contracts.names import PHASES
 from contracts.policies import Arm
-from contracts.trees import CHAIN, TreeShape, check_tree_devices
+from contracts.trees import CHAIN, TreeShape
 from model import sampling, schedules
 from model.draft_q_triton import DraftQ
 from model.dynamic_tree import DynamicTreeRounds
@@ -425,7 +425,6 @@ class Decoder:
         self.target_device = target.head_weight.device
         check_tree_precision(tree, self.target_device.type, target.head_weight.dtype, target.kernels)
         self.draft_device = draft.head_weight.device if draft is not None else self.target_device
-        check_tree_devices(tree, self.draft_device != self.target_device)
         self.target_head = DenseHead(target.head_weight)
         self.sampling = sampling
         self.verifier = None if sampling.greedy else BlockVerifier(self.target_device)
@@ -789,6 +788,8 @@ class Decoder:
         if self.copies:
             self._event("copy_tokens", "draft", x.numel())
             with self.clock.span("copy_tokens", self.draft_device):  # on the source's stream
+                if self.trees is not None:  # a dynamic tree round's tables travel with its nodes
+                    self.trees.send_tables(x.tokens)
                 return x.to(self.target_device, non_blocking=True)
         return x.to(self.target_device, non_blocking=True)
 

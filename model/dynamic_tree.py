@@ -37,37 +37,58 @@ def scored_children(head, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, t
     return best.indices, best.values
 
 
+class RoundTables:
+    """A dynamic tree round's tables for the verify, the acceptance and the compaction
+    (model/tree_rounds.py reads them by these names), in one buffer at fixed addresses: built where the
+    draft runs, and with the models on two devices sent where the target verifies in one copy."""
+
+    def __init__(self, nodes: int, depth: int, rows: int, device):
+        flag_longs = -(-nodes // 8)  # from_root: one byte a node, in whole int64 words
+        longs = 4 * nodes + nodes * depth + 2 * (rows + 1) + 1
+        self.buffer = torch.zeros(longs + flag_longs, dtype=torch.long, device=device)
+        taken = 0
+
+        def take(size: int) -> torch.Tensor:
+            nonlocal taken
+            taken += size
+            return self.buffer[taken - size : taken]
+
+        self.parents, self.depths, self.draft_slot, self.sibling_rank = (take(nodes) for _ in range(4))
+        self.path_table = take(nodes * depth).view(nodes, depth)
+        self.verify_rope, self.verify_bits = take(rows + 1), take(rows + 1)
+        self.guess = take(1)  # pipelined-deferred (`DynamicTreeRounds._guess`)
+        self.from_root = self.buffer[taken:].view(torch.uint8)[:nodes].view(torch.bool)
+        self.verify_rope.copy_(torch.arange(rows + 1))  # the pad rows past the nodes keep their offsets
+        self.guess.fill_(-1)
+
+
 class DynamicTreeRounds(TreeRounds):
-    """Tree rounds whose tree the draft's probabilities choose each round (one device only: the
-    round's tables are built where the draft runs and read where the target verifies; the decoder
-    refuses two for a dynamic tree, contracts.trees.check_tree_devices)."""
+    """Tree rounds whose tree the draft's probabilities choose each round. The round's tables are built
+    where the draft runs (`built`); with the models on two devices they travel to the target's copy
+    (`tables`) inside the round's copy_tokens (`send_tables`), on one device they are the same."""
 
     def __init__(self, dec, tree: TreeShape, graphs: bool):
         M, N, D = tree.top_m, tree.node_budget, tree.depth_budget
         self.dec, self.tree = dec, tree
         self.nodes, self.depth, self.top_m = N, D, M
-        device = dec.target_device
+        target, draft = dec.target_device, dec.draft_device
         self.candidates = M + (D - 1) * M * M
-        self.candidate_depth = torch.tensor([1] * M + [d for d in range(2, D + 1) for _ in range(M * M)], device=device)
-        # the round's tables (rebuilt by each proposal; fixed addresses)
-        self.parents = torch.zeros(N, dtype=torch.long, device=device)
-        self.from_root = torch.zeros(N, dtype=torch.bool, device=device)
-        self.depths = torch.zeros(N, dtype=torch.long, device=device)
-        self.path_table = torch.zeros(N, D, dtype=torch.long, device=device)
-        self.draft_slot = torch.zeros(N, dtype=torch.long, device=device)
-        self.node_ids = torch.arange(N, device=device)
-        self.sibling_rank = torch.zeros(N, dtype=torch.long, device=device)
-        self.widest = M
         rows = dec.rows or N + 1
-        self.verify_rope = torch.arange(rows + 1, device=device)
-        self.verify_bits = torch.zeros(rows + 1, dtype=torch.long, device=device)
-        self.steps = torch.arange(D, device=device)
-        self.ranks = torch.arange(M, device=device)
-        self.own_bits = torch.ones(N, dtype=torch.long, device=device) << torch.arange(N, device=device)
-        self.guess = torch.full((1,), -1, dtype=torch.long, device=device)  # pipelined-deferred (`_guess`)
+        self.built = RoundTables(N, D, rows, draft)
+        self.tables = self.built if draft == target else RoundTables(N, D, rows, target)
+        t = self.tables  # what TreeRounds' verify, acceptance and compaction read
+        self.parents, self.from_root, self.depths, self.path_table = t.parents, t.from_root, t.depths, t.path_table
+        self.draft_slot, self.sibling_rank, self.guess = t.draft_slot, t.sibling_rank, t.guess
+        self.verify_rope, self.verify_bits = t.verify_rope, t.verify_bits
+        self.node_ids = torch.arange(N, device=target)
+        self.steps = torch.arange(D, device=target)
+        self.widest = M
         self.capturing = False
+        self.proposed = None  # the last round's node tokens (`_draft`), whose tables `send_tables` sends
         # the round's candidates and each fed depth's nodes and ancestor words (`_record`, `_grow_fn`)
-        draft = dec.draft_device
+        self.candidate_depth = torch.tensor([1] * M + [d for d in range(2, D + 1) for _ in range(M * M)], device=draft)
+        self.ranks = torch.arange(M, device=draft)
+        self.own_bits = torch.ones(N, dtype=torch.long, device=draft) << torch.arange(N, device=draft)
         self.token = torch.zeros(self.candidates, dtype=torch.long, device=draft)
         self.score = torch.zeros(self.candidates, device=draft)
         self.parent = torch.full((self.candidates,), -1, dtype=torch.long, device=draft)
@@ -107,7 +128,14 @@ class DynamicTreeRounds(TreeRounds):
                 hidden = self._tree_body(*inputs)
         with self._step("draft_head", 0):
             children, logp = self._children[self.depth - 1](hidden, p + self.depth)
-        return self._finish(children, logp).clone()  # the graph's output is rewritten by its next replay
+        self.proposed = self._finish(children, logp).clone()  # the graph's output is rewritten by its next replay
+        return self.proposed
+
+    def send_tables(self, tokens: torch.Tensor) -> None:
+        """Within the copy_tokens of a round's node `tokens` to the target device: their tables travel with
+        them, in one more copy on the same two-way barrier (a look-ahead's tokens need none)."""
+        if self.tables is not self.built and tokens is self.proposed:
+            self.tables.buffer.copy_(self.built.buffer, non_blocking=True)
 
     # --- graph-captured bookkeeping (the candidates live at fixed addresses) ----------------------
     def _record(self, children, logp, depth: int) -> torch.Tensor:
@@ -168,14 +196,15 @@ class DynamicTreeRounds(TreeRounds):
             kept = table.gather(1, column.clamp(min=0)[:, None])[:, 0]
             table.scatter_(1, column.clamp(min=0)[:, None], torch.where(column >= 0, node, kept)[:, None])
             node = torch.where(has_parent[node], parents[node], node)
-        self.parents.copy_(parents)
-        self.from_root.copy_(~has_parent)
-        self.depths.copy_(depths)
-        self.path_table.copy_(table)
-        self.draft_slot.copy_(self.fed_slot[chosen])
-        self.sibling_rank.copy_(chosen % self.top_m)  # candidates come in sibling groups of M, by rank
-        self.verify_rope[1 : N + 1] = depths
-        self.verify_bits[1 : N + 1] = words
+        built = self.built
+        built.parents.copy_(parents)
+        built.from_root.copy_(~has_parent)
+        built.depths.copy_(depths)
+        built.path_table.copy_(table)
+        built.draft_slot.copy_(self.fed_slot[chosen])
+        built.sibling_rank.copy_(chosen % self.top_m)  # candidates come in sibling groups of M, by rank
+        built.verify_rope[1 : N + 1] = depths
+        built.verify_bits[1 : N + 1] = words
         self._guess(chosen, where)
         return self.token[chosen]
 
@@ -193,7 +222,7 @@ class DynamicTreeRounds(TreeRounds):
         self.ahead.set_path(slots)
         self.ahead.leaf.copy_(self.token[leaf])
         verified = torch.zeros(self.candidates, dtype=torch.bool, device=leaf.device).index_fill_(0, chosen, True)
-        self.guess.copy_(torch.where(verified[leaf], where[leaf], -1))
+        self.built.guess.copy_(torch.where(verified[leaf], where[leaf], -1))
 
     def lookahead(self, run, nodes: torch.Tensor):
         """D + 1 draft steps past the guessed leaf, which need not be among the verified nodes."""

@@ -300,6 +300,10 @@ class TreeRounds:
         residual = torch.where(residual.sum() > 0, residual, probs)
         return sampling.race(residual, self.dec._race_noise(p)).view(1)
 
+    def send_tables(self, tokens: torch.Tensor) -> None:
+        """A static tree's tables are fixed on both devices: none travel with its node tokens (a dynamic
+        tree's do, model/dynamic_tree.py)."""
+
     def verify(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """The tree verify: [f, nodes] at p (deferred) or the nodes at p + 1 (ordinary)."""
         rope, bits = (self.verify_rope, self.verify_bits)

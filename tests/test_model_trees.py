@@ -9,10 +9,11 @@ import torch
 
 from contracts import UsageError
 from contracts.trace import check_trace_line
-from contracts.trees import TREE_SCHEDULES, check_tree_devices, node_depths, parse_tree
+from contracts.trees import TREE_SCHEDULES, node_depths, parse_tree
 from model import fused_ops, tree_rounds, triton_support
 from model.acceptance_control import AcceptanceControl
 from model.decoder import Decoder
+from model.dynamic_tree import RoundTables
 from model.heads import DenseHead
 from model.loading import load_model
 from model.trace import trace_lines
@@ -338,14 +339,22 @@ def test_fused_tree_forward_matches_the_torch_path():
     assert (want - got).abs().max() < 1e-4 * want.abs().max()
 
 
-def test_a_dynamic_tree_on_two_devices_is_refused_in_one_line():
-    """A dynamic tree's tables are built where the draft runs: the command line and the validation refuse it
-    on two devices before loading anything, the decoder again. Static trees and chains run anywhere."""
-    with pytest.raises(UsageError, match=r"^--trees dynamic:2,7,3: a dynamic tree runs with both models on one"):
-        check_tree_devices(parse_tree("dynamic:2,7,3"), two_devices=True, option="--trees")
-    check_tree_devices(parse_tree("dynamic:2,7,3"), two_devices=False)
-    for label in ("chain", "2x2x1", "1x1x1", "paths:0;1;0.0;1.0;0.0.0"):
-        check_tree_devices(parse_tree(label), two_devices=True)
+def test_a_dynamic_round_s_tables_share_one_buffer_and_travel_in_one_copy():
+    """With the models on two devices a dynamic tree round's tables go to the target's device as one buffer
+    copy (model/dynamic_tree.py): every table must be its own part of that buffer, or the copy would carry
+    one table's values into another, or leave one behind."""
+    nodes, depth, rows = 7, 3, 9
+    built, sent = RoundTables(nodes, depth, rows, "cpu"), RoundTables(nodes, depth, rows, "cpu")
+    longs = ("parents", "depths", "draft_slot", "sibling_rank", "path_table", "verify_rope", "verify_bits", "guess")
+    for value, name in enumerate(longs, start=10):
+        getattr(built, name).fill_(value)
+    built.from_root.copy_(torch.tensor([True, False] * 3 + [True]))
+    sent.buffer.copy_(built.buffer)
+    for value, name in enumerate(longs, start=10):
+        assert bool((getattr(sent, name) == value).all()), name
+    assert sent.from_root.tolist() == [True, False] * 3 + [True]
+    assert sent.path_table.shape == (nodes, depth) and sent.verify_rope.numel() == rows + 1
+    assert RoundTables(nodes, depth, rows, "cpu").verify_rope.tolist() == list(range(rows + 1))  # pad rows
 
 
 def test_trees_on_a_gpu_below_float32_need_the_fused_kernels():

@@ -4,13 +4,12 @@ drafts: every tree emits exactly target greedy under ordinary, pipelined, deferr
 that hold); sampled trees emit the same tokens in every schedule of tree rounds only, and pipelined-deferred
 its own, with graphs and without, and follow acceptance control; every tree graph is captured up front, and
 a dynamic tree's bookkeeping in graphs proposes what it proposes eager;
-the decoder's fixed width covers the largest node budget; on two GPUs static trees are exact too, and a
-dynamic tree decoder is refused in one line (contracts.trees.check_tree_devices)."""
+the decoder's fixed width covers the largest node budget; on two GPUs every tree is exact too (a dynamic
+tree's tables then travel to the target's device with its nodes)."""
 
 import pytest
 import torch
 
-from contracts import UsageError
 from contracts.trees import TREE_SCHEDULES, parse_tree
 from model.sampling import SamplingSettings
 from tests.test_model_trees import tree_rows_equal_chain_rows
@@ -30,16 +29,6 @@ def _decoder(placement, tree, head="dense", graphs=True, spec="a=0.5", dtype="fl
     return gpu_decoder(placement, PROMPT, MAX_NEW, ROOM, head, spec, dtype, graphs=graphs, tree=parse_tree(tree), **kw)
 
 
-def _refused_on_two_gpus(placement, tree, **options) -> bool:
-    """On two GPUs a dynamic tree decoder is refused in one line (contracts.trees.check_tree_devices: its
-    tables are built on the draft's device). Whether `placement` and `tree` were that case."""
-    if placement != "two-gpu" or parse_tree(tree).kind != "dynamic":
-        return False
-    with pytest.raises(UsageError, match=r"a dynamic tree runs with both models on one device"):
-        _decoder(placement, tree, **options)
-    return True
-
-
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("graphs", [True, False])
 @pytest.mark.parametrize("head", ["dense", "flashhead"])
@@ -48,8 +37,6 @@ def _refused_on_two_gpus(placement, tree, **options) -> bool:
     "tree", ["2x2x1", "3x1x1", "paths:0;1;0.0;1.0;0.0.0", "1x1x1", "4x2x2x1", "dynamic:2,7,3", "dynamic:4,24,5"]
 )
 def test_every_tree_equals_target_greedy(placement, graphs, head, spec, tree):
-    if _refused_on_two_gpus(placement, tree, head=head, graphs=graphs, spec=spec):
-        return
     dec, want = _decoder(placement, tree, head, graphs, spec)
     depth = parse_tree(tree).depth
     for schedule in ("baseline", *TREE_SCHEDULES):
@@ -74,8 +61,6 @@ def test_every_tree_equals_target_greedy_in_bfloat16(head, tree):
 def test_pipelined_deferred_trees_use_their_lookahead_and_stay_exact(placement, dtype, tree):
     """The look-ahead past the guessed path, used (the next round verifies its chain through the causal
     rows of the one attention kernel) and wasted, with graphs, against target greedy."""
-    if _refused_on_two_gpus(placement, tree, dtype=dtype):
-        return
     dec, want = _decoder(placement, tree, "dense", True, "a=0.8", dtype)
     g = dec.generate(PROMPT, MAX_NEW, "pipelined-deferred")
     assert g.tokens == want
@@ -137,8 +122,6 @@ def test_sampled_trees_agree_across_schedules_and_graphs(placement, tree):
     pipelined-deferred its own (its used look-aheads verify sampled chains), graphs or not; the control
     at a=1 accepts every whole path and at a=0 nothing."""
     settings = SamplingSettings(temperature=0.8, seed=3)
-    if _refused_on_two_gpus(placement, tree, spec=None, sampling=settings):
-        return
     outputs = set()
     for graphs in (True, False):
         dec, _ = _decoder(placement, tree, graphs=graphs, spec=None, sampling=settings)

@@ -20,7 +20,7 @@ from contracts.names import REGIME_OF_GRAPHS_FLAG, tensor_parallel_size
 from contracts.progress import Progress
 from contracts.timeline import read_timeline, write_timeline
 from contracts.trace import read_summary, read_trace, write_summary, write_trace
-from contracts.trees import check_tree_devices, parse_tree, parse_trees
+from contracts.trees import parse_tree, parse_trees
 from measure.__main__ import command_line, settings_from
 from measure.profiling import MeasureSettings, check_settings, measure_profile
 from model.cli import sampling_settings
@@ -139,7 +139,6 @@ def run(args) -> Path:
     refuse_tensor_parallel(placement)
     for tree in parse_trees("+".join(trees)):  # the decoders check again, after the models load
         check_tree(tree, schedules, "dense", option="--trees")
-        check_tree_devices(tree, placement == "two-gpu", "--trees")
     graphs = graphs_on(args.graphs, target_device)
     K_max = max(ks)
     repeats = checked_repeats(args.repeats, REPEATS)
