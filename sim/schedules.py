@@ -265,9 +265,11 @@ class SimulatedRun:
         the drafter's stream (the early-exit draft shares the target's device), the first feeding
         `first_tokens` tokens after `context` cached ones, every later one the previous proposal (a
         tree's: its frontier, unless `chain`, as a look-ahead's). Step i pays the head of draft position
-        max(0, i + shift)."""
-        stream = self.draft if drafter == "draft-model" else self.target
-        name = "draft" if drafter == "draft-model" else "target"
+        max(0, i + shift). `tree-lookahead`: the draft model past a tree round's guessed leaf
+        (model/tree_lookahead.py), one token a step under the tree rule."""
+        on_target = drafter == "early-exit"
+        stream = self.target if on_target else self.draft
+        name = "target" if on_target else "draft"
         points = (steps, context, first_tokens, chain)
         if self.events is not None:
             self.events += [("draft_step", name, n) for n, _ in self._draft_points(*points)]
@@ -358,8 +360,10 @@ class SimulatedRun:
 
     def _step_bodies(self, body, points: tuple, drafter: str) -> list:
         """Each step's body cost: after a tree round's root step, its frontier steps run under the tree rule
-        (`Costs.tree_body`)."""
+        (`Costs.tree_body`), as does every step of its look-ahead."""
         steps, _, _, chain = points
+        if drafter == "tree-lookahead":
+            return [self.costs.tree_body] * steps
         frontier = drafter == "draft-model" and not chain and is_tree(self.config.tree)
         return [body] + [self.costs.tree_body if frontier else body] * (steps - 1)
 
@@ -493,7 +497,8 @@ def _deferred_rounds(m: SimulatedRun, g: Generation, block, lookahead: bool):
         used = None
         ahead = lookahead and on_draft  # only the draft model looks ahead: the others share the target's device
         if ahead:  # the draft goes on as if the whole block (a tree: its guessed path) is accepted: e1..e(K+1)
-            yield from m.draft_steps(K + 1, context + K - 1, shift=-1, chain=True)
+            past = "tree-lookahead" if is_tree(m.config.tree) and not chain else "draft-model"
+            yield from m.draft_steps(K + 1, context + K - 1, drafter=past, shift=-1, chain=True)
             yield from m.copy_tokens("draft", K + 1)  # the read packs e1: it waits for all K+1 steps
         early = not is_tree(m.config.tree) and m.policy.plays("draft-model")
         if early:  # f on its way to the draft model before the read

@@ -182,10 +182,9 @@ def test_a_tree_round_drafts_its_frontiers_and_verifies_every_node():
         assert verifies == {shape.node_count + extra}
 
 
-def test_a_tree_round_reads_its_verify_and_frontier_steps_from_the_tree_rule_tables():
-    """A profile with the tree rule's own tables (python -m measure --tree-widths): a tree decoder's every
-    target forward (verifies and appends) and its frontier steps cost what they say; its root step and a
-    chain's round what the causal ones say."""
+def tree_rule_costs() -> Costs:
+    """A profile with the tree rule's own tables (python -m measure --tree-widths): every tree-rule target
+    forward 5 ms and every tree-rule draft step 1 ms dearer than the causal one of the same width."""
     profile = tree_profile()
     regime = profile["regimes"]["eager"]
     widths = (1, 2, 3, 4, 8, 16, 33, 65)
@@ -194,7 +193,33 @@ def test_a_tree_round_reads_its_verify_and_frontier_steps_from_the_tree_rule_tab
     }
     regime["draft"]["tree_body_ms"] = {"points": [dict(timing(3.0 + 0.01 * n), n_tokens=n, context=8) for n in widths]}
     check_profile(profile, "test")
-    with_tables, without = Costs(regime, "test"), Costs(tree_profile()["regimes"]["eager"], "test")
+    return Costs(regime, "test")
+
+
+def test_a_tree_round_s_lookahead_runs_under_the_tree_rule_and_a_chain_round_s_does_not():
+    """pipelined-deferred: a tree round's look-ahead feeds its D + 1 tokens with tree attention
+    (model/tree_lookahead.py), so each costs a tree-rule step; the round after a used look-ahead verifies
+    a chain, drafts nothing, and looks ahead as a chain does (causal steps)."""
+    shape = parse_tree("3x2x1")
+    config = Config("pipelined-deferred", "dense", shape.depth, 4, "one-gpu", tree=shape)
+    source = TreeAcceptance(shape, cumulative(RATES), "test")
+    generation = [Generation("g", 8, 60)]
+    tree = simulate(tree_rule_costs(), config, source, generation, ceiling=False)
+    causal = simulate(Costs(tree_profile()["regimes"]["eager"], "test"), config, source, generation, ceiling=False)
+    rounds = tree["rounds_detail"]
+    assert [r["accepted"] for r in rounds] == [r["accepted"] for r in causal["rounds_detail"]]
+    tree_rounds = sum(1 for i in range(len(rounds)) if i == 0 or not rounds[i - 1]["lookahead_used"])
+    assert 0 < tree_rounds < len(rounds)  # both kinds of round are there
+    extra_body = tree["phase_ms"]["draft_body"] - causal["phase_ms"]["draft_body"]
+    # per tree round: its D - 1 frontier steps and its look-ahead's D + 1 steps, 1 ms dearer each
+    assert extra_body == pytest.approx(1.0 * 2 * shape.depth * tree_rounds)
+
+
+def test_a_tree_round_reads_its_verify_and_frontier_steps_from_the_tree_rule_tables():
+    """A profile with the tree rule's own tables (python -m measure --tree-widths): a tree decoder's every
+    target forward (verifies and appends) and its frontier steps cost what they say; its root step and a
+    chain's round what the causal ones say."""
+    with_tables, without = tree_rule_costs(), Costs(tree_profile()["regimes"]["eager"], "test")
     shape = parse_tree("3x2x1")
     source = TreeAcceptance(shape, cumulative(RATES), "test")
     generation = [Generation("g", 8, 40)]
