@@ -5,7 +5,6 @@ Nothing is ever downloaded: a Hugging Face id is looked up in the local cache on
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 from torch import nn
 
 from contracts import UsageError
+from contracts.files import read_json
 from model import awq_prefill, triton_support
 from model.awq import AWQLinear
 from model.config import ModelConfig
@@ -28,6 +28,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 _SYNTHETIC_WEIGHT_STD = 0.02
 KERNEL_PATHS = ("fused", "torch")
+# config.json's sizes: each a positive integer where given (ModelConfig.from_hf says which it requires),
+# checked first so that a mistyped one is named, not met as a TypeError while the model is built.
+_CONFIG_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "sliding_window",
+    "max_position_embeddings",
+)
 
 
 @dataclass
@@ -83,7 +96,7 @@ def load_model(
             tokenizer, weights = SyntheticTokenizer(config.vocab_size), "synthetic"
         else:
             folder = _resolve_checkpoint(spec)
-            config = ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
+            config = _read_config(folder / "config.json")
             model = _empty_model(_shard_config(config, tensor_parallel), device, dtype, spec)
             _load_weights(model, folder, tensor_parallel)
             tokenizer, weights = load_tokenizer(folder, spec, config.vocab_size), "real"
@@ -201,8 +214,10 @@ def _init_synthetic(model: Transformer, seed: int, tensor_parallel: TensorParall
 
 
 def _resolve_checkpoint(spec: str) -> Path:
+    """The folder `spec` names. An empty `spec` is no folder (as a path it would be the current one): it
+    falls through to the Hugging Face id check, which refuses it."""
     path = Path(spec).expanduser()
-    if path.is_dir():
+    if spec and path.is_dir():
         if (path / "config.json").is_file():
             return path
         raise UsageError(f"checkpoint not found: {spec} has no config.json")
@@ -218,10 +233,33 @@ def _resolve_checkpoint(spec: str) -> Path:
         ) from None
 
 
+def _read_config(path: Path) -> ModelConfig:
+    """A checkpoint's config.json, read before any weights; whatever is wrong with it is one error naming it."""
+    hf_config = read_json(path, "checkpoint config")
+    if not isinstance(hf_config, dict):
+        raise UsageError(f"{path}: not a model config (a JSON {type(hf_config).__name__}, not an object)")
+    for key in _CONFIG_SIZES:
+        value = hf_config.get(key)
+        if value is not None and (type(value) is not int or value < 1):
+            raise UsageError(f"{path}: not a model config ({key} is {value!r}, not a positive integer)")
+    try:
+        return ModelConfig.from_hf(hf_config)
+    except UsageError as error:
+        raise UsageError(f"{path}: {error}") from None
+    except KeyError as error:
+        raise UsageError(f"{path}: not a model config (missing {error.args[0]})") from None
+    except (TypeError, ValueError, AttributeError) as error:  # e.g. a string where a number or an object belongs
+        raise UsageError(f"{path}: not a model config ({type(error).__name__}: {error})") from None
+
+
 def _checkpoint_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        content = read_json(index, "checkpoint index")
+        weight_map = content.get("weight_map") if isinstance(content, dict) else None
+        if not isinstance(weight_map, dict):
+            raise UsageError(f"{index}: not a safetensors index (no weight_map object)")
+        names = sorted({str(name) for name in weight_map.values()})
     else:
         names = sorted(path.name for path in folder.glob("*.safetensors"))
     if not names:
@@ -240,12 +278,10 @@ def _our_name(hf_name: str, tied: bool) -> str | None:
 def _load_weights(model: Transformer, folder: Path, tensor_parallel: TensorParallel | None = None) -> None:
     """Copies every checkpoint tensor into the model (casting to its dtype; a tensor-parallel shard
     takes its slice); every weight must be present."""
-    from safetensors import safe_open
-
     targets = model.state_dict()
     missing = set(targets)
     for file in _checkpoint_files(folder):
-        with safe_open(str(file), framework="pt", device="cpu") as reader:
+        with _open_weights(file) as reader:
             for hf_name in reader.keys():  # noqa: SIM118 (safetensors readers are not dicts)
                 name = _our_name(hf_name, model.config.tie_word_embeddings)
                 if name is None:
@@ -264,6 +300,16 @@ def _load_weights(model: Transformer, folder: Path, tensor_parallel: TensorParal
                 missing.discard(name)
     if missing:
         raise UsageError(f"checkpoint {folder} lacks {len(missing)} weights, e.g. {', '.join(sorted(missing)[:3])}")
+
+
+def _open_weights(file: Path):
+    """A safetensors reader of `file`; a truncated or corrupt file is bad input naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as error:
+        raise UsageError(f"{file}: not a readable safetensors file ({error})") from None
 
 
 def _select_awq_kernels(model: Transformer, dtype: torch.dtype) -> str:

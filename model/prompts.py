@@ -29,15 +29,36 @@ class Prompt:
 def load_questions(path: str | Path | None = None) -> list[Prompt]:
     """Every question of the file as a Prompt (its first turn)."""
     path = Path(path) if path is not None else DEFAULT_PATH
-    lines = read_text(path, "prompts file").splitlines()
-    try:
-        rows = [json.loads(line) for line in lines if line.strip()]
-        prompts = [Prompt(str(r["question_id"]), str(r["category"]), r["turns"][0]) for r in rows]
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
-        raise UsageError(f"{path} is not a Spec-Bench question file ({type(e).__name__}: {e})") from None
-    if not prompts or not all(isinstance(p.text, str) and p.text for p in prompts):
-        raise UsageError(f"{path} is not a Spec-Bench question file (no questions, or an empty first turn)")
+    lines = read_text(path, "prompts file").split("\n")  # not splitlines: JSON strings may hold U+2028
+    prompts = [_question(line, path, number) for number, line in enumerate(lines, start=1) if line.strip()]
+    if not prompts:
+        raise UsageError(f"{path} is not a Spec-Bench question file (no questions)")
     return prompts
+
+
+def _question(line: str, path: Path, number: int) -> Prompt:
+    """One line's question; what is wrong with it names the file's line, which the JSON decoder cannot."""
+
+    def bad(problem: str) -> UsageError:
+        return UsageError(f"{path} is not a Spec-Bench question file (line {number}: {problem})")
+
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise bad(f"not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise bad("not a JSON object")
+    missing = [key for key in ("question_id", "category", "turns") if key not in row]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    turns = row["turns"]
+    if not isinstance(turns, list):
+        raise bad('"turns" is not a list')
+    if not turns:
+        raise bad('"turns" is empty')
+    if not isinstance(turns[0], str) or not turns[0]:
+        raise bad("the first turn is empty or not text")
+    return Prompt(str(row["question_id"]), str(row["category"]), turns[0])
 
 
 def select_prompts(spec: str, path: str | Path | None = None) -> list[Prompt]:
