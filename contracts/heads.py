@@ -91,18 +91,18 @@ def check_assets(spec: HeadSpec, folder) -> None:
 
 def parse_heads(text: str, option: str = "--heads") -> tuple[HeadSpec, ...]:
     """Specs joined by '+' or ','; a bare number after ',' continues the previous spec's budgets.
-    Repeats are dropped, order kept."""
-    pieces = [p.strip() for p in str(text).replace("+", ";").replace(",", ";,").split(";") if p.strip()]
+    Repeats are dropped, order kept. An empty item is a typo (`flashhead:1,,2`, `dense+`): refused."""
+    if not str(text).strip():
+        raise UsageError(f"{option}: no head given; valid: {HEAD_FORMS}")
     specs: list[str] = []
-    for piece in pieces:
+    for piece in (p.strip() for p in str(text).replace("+", ";").replace(",", ";,").split(";")):
         if piece.startswith(","):
             body = piece[1:].strip()
             if body.isdigit() and specs and ":" in specs[-1]:
                 specs[-1] += "," + body
                 continue
             piece = body
-        if piece:
-            specs.append(piece)
-    if not specs:
-        raise UsageError(f"{option}: no head given; valid: {HEAD_FORMS}")
+        if not piece:
+            raise UsageError(f"{option}: empty item in {text!r}; valid: {HEAD_FORMS}")
+        specs.append(piece)
     return tuple(dict.fromkeys(parse_head(s, option) for s in specs))

@@ -14,12 +14,18 @@ from contracts.cli import UsageError
 from contracts.files import read_json, write_atomic
 from contracts.heads import HEAD_KINDS, parse_head
 from contracts.names import PLACEMENTS, REGIMES, tensor_parallel_size
+from contracts.trees import MAX_K
 
 PROFILE_SCHEMA = "specloop.profile/1"
 READABLE_SCHEMAS = (PROFILE_SCHEMA, "flashspec.profile/1")  # the tool's earlier name
 AXES = ("n_tokens", "context", "prompt_len", "probes", "bytes")
 WEIGHTS = ("synthetic", "real", "study-derived")
 TIMING_FIELDS = ("median_ms", "p10_ms", "p90_ms", "host_ms")
+# The longest a measured operation may take: one hour. No forward, head or copy of a decode loop comes near it
+# (the slowest committed timing is under 4 s), so a larger value in a file is a unit slip or a corrupted value,
+# and would turn every prediction into nothing (0.00 tok/s) instead of an error. Bounded where a profile is read
+# or written, not in check_profile: a what-if may scale a cost past it (the simulator bounds its factors).
+MAX_TIMING_MS = 3_600_000.0
 REQUIRED_COSTS = {
     "target": ("forward_ms", "prefill_ms"),
     "draft": ("body_ms", "head_dense_ms", "head_flashhead_ms", "prefill_ms"),
@@ -74,10 +80,8 @@ def cost_grid(raw, where: str) -> tuple[tuple[str, ...], dict[tuple[float, ...],
         if "median_ms" not in point:
             raise UsageError(f"{here}: missing median_ms")
         key = tuple(finite(point[a], f"{here}.{a}") for a in axes)
-        grid[key] = (
-            finite(point["median_ms"], f"{here}.median_ms"),
-            finite(point.get("host_ms", 0.0), f"{here}.host_ms"),
-        )
+        times = {name: finite(point[name], f"{here}.{name}") for name in TIMING_FIELDS if name in point}
+        grid[key] = (times["median_ms"], times.get("host_ms", 0.0))
     sizes = [len({k[d] for k in grid}) for d in range(len(axes))]
     if len(grid) != math.prod(sizes) or len(grid) != len(points):
         raise UsageError(f"{where}: table points must form a full grid over {list(axes)}, each point once")
@@ -115,9 +119,21 @@ def check_profile(raw, source: str) -> None:
             raise UsageError(f"{source}: setup.{model}.weights must be one of {', '.join(WEIGHTS)}")
     if setup.get("placement") not in PLACEMENTS:
         raise UsageError(f"{source}: setup.placement must be one of {', '.join(PLACEMENTS)}")
-    lengths = setup.get("prompt_lengths", [])
-    if not isinstance(lengths, list) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
-        raise UsageError(f"{source}: setup.prompt_lengths must be a list of positive integers")
+    lengths = setup.get("prompt_lengths")  # optional: the simulator's default prompt is then 128 tokens
+    if "prompt_lengths" in setup and (
+        not isinstance(lengths, list)
+        or not lengths
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths)
+    ):
+        raise UsageError(
+            f"{source}: setup.prompt_lengths must be a list of positive integers, not empty; got {lengths!r}"
+        )
+    K_max = setup_K_max(setup)
+    if K_max is not None and (isinstance(K_max, bool) or not isinstance(K_max, int) or not 1 <= K_max <= MAX_K):
+        key = "K_max" if "K_max" in setup else "k_max"
+        raise UsageError(
+            f"{source}: setup.{key} must be an integer in 1..{MAX_K} (the most proposals of a round), got {K_max!r}"
+        )
     width = setup.get("fixed_width")
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
         raise UsageError(f"{source}: setup.fixed_width must be a positive integer or null")
@@ -420,14 +436,35 @@ def _check_sampling_costs(costs, where: str) -> None:
             _check_cost_kinds(regime[SAMPLED_HEAD_KINDS], f"{where}.regimes.{name}.{SAMPLED_HEAD_KINDS}")
 
 
+def _timings(node, path: str = ""):
+    """(dotted path, value) of every timing field below `node`."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else key
+            if key in TIMING_FIELDS:
+                yield here, value
+            yield from _timings(value, here)
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _timings(item, f"{path}[{index}]")
+
+
+def check_measured_profile(raw, source: str) -> None:
+    """check_profile, and every timing at most MAX_TIMING_MS: what a profile file may hold."""
+    check_profile(raw, source)
+    for path, value in _timings(raw):
+        if isinstance(value, (int, float)) and value > MAX_TIMING_MS:
+            raise UsageError(f"{source}: {path}: must be at most {MAX_TIMING_MS:,.0f} ms (one hour), got {value!r}")
+
+
 def read_profile(path: str | Path) -> dict:
     """A profile file, parsed and checked."""
     raw = read_json(path, "profile")
-    check_profile(raw, str(path))
+    check_measured_profile(raw, str(path))
     return raw
 
 
 def write_profile(path: str | Path, profile: dict) -> None:
     """Check, then write atomically: a profile on disk is always one its readers accept."""
-    check_profile(profile, str(path))
+    check_measured_profile(profile, str(path))
     write_atomic(path, json.dumps(profile, indent=1) + "\n")

@@ -8,14 +8,18 @@ from pathlib import Path
 
 from contracts.cli import UsageError
 from contracts.files import read_json, read_text, write_atomic
-from contracts.names import DRAFTERS, PHASES
-from contracts.trees import MAX_NODES, parse_tree
+from contracts.heads import parse_head
+from contracts.names import DRAFTERS, PHASES, SCHEDULES
+from contracts.trees import MAX_K, MAX_NODES, parse_tree
 
 TRACE_SCHEMA = "specloop.trace/1"
 SUMMARY_SCHEMA = "specloop.summary/1"
 READABLE_TRACE_SCHEMAS = (TRACE_SCHEMA, "flashspec.trace/1")  # the tool's earlier name
 READABLE_SUMMARY_SCHEMAS = (SUMMARY_SCHEMA, "flashspec.summary/1")
 RUN_CAP = 65  # a `runs` value counts matches up to the largest K (64) and the bonus token after it
+# The most tokens a round's context may hold: the simulator's prompt-length limit (README, "Limits"), which
+# every line of a trace it replays must keep, not only the first round of each prompt.
+MAX_CONTEXT = 1_000_000
 
 _TRACE_FIELDS = {
     "prompt_id": str,
@@ -98,6 +102,15 @@ def _check_object(obj, kind: str, readable: tuple[str, ...], fields: dict, optio
 def check_trace_line(line, where: str = "trace") -> None:
     """Raise UsageError unless `line` is a valid trace line."""
     _check_object(line, "trace", READABLE_TRACE_SCHEMAS, _TRACE_FIELDS, _TRACE_OPTIONAL, where)
+    if line["schedule"] not in SCHEDULES:
+        raise UsageError(f"{where}: unknown schedule {line['schedule']!r}; valid: {', '.join(SCHEDULES)}")
+    parse_head(line["head"], f"{where}: head")
+    if line["K"] > MAX_K:
+        raise UsageError(f"{where}: K must be in 0..{MAX_K} (0 for baseline), got {line['K']}")
+    if not 1 <= line["context"] <= MAX_CONTEXT:
+        raise UsageError(f"{where}: context must be in 1..{MAX_CONTEXT:,} tokens, got {line['context']:,}")
+    if "sample" in line:
+        _typed(line, "sample", int, where)
     if line.get("lookahead_used") not in (None, True, False):
         raise UsageError(f"{where}: lookahead_used must be true, false or null")
     probes = line.get("probes")
@@ -155,8 +168,6 @@ def _check_arm_fields(line: dict, where: str) -> None:
             raise UsageError(
                 f"{where}: runs[{name!r}] must list one integer in 0..{RUN_CAP} per emitted token ({line['emitted']})"
             )
-    if "sample" in line:
-        _typed(line, "sample", int, where)
 
 
 def _check_host_gaps(obj: dict, where: str) -> None:
@@ -203,23 +214,41 @@ def _check_sampling(sampling, where: str) -> None:
         raise UsageError(f"{where}: need top_p in (0, 1] and samples >= 1")
 
 
+def check_trace_lines(numbered: list[tuple[int, dict]], path: str | Path) -> None:
+    """Raise UsageError unless every (line number, line) is a valid trace line and each generation (a
+    prompt, and its sample in sampled runs) numbers its rounds 0, 1, 2, ... in file order: the simulator
+    replays a generation's rounds in file order as one stream, so a repeated or missing round (two runs
+    of one prompt in one file, a line copied or lost) would silently merge or shift its positions."""
+    next_round: dict[tuple[str, int], int] = {}
+    for number, line in numbered:
+        where = f"{path}:{number}"
+        check_trace_line(line, where)
+        generation = (line["prompt_id"], line.get("sample", 0))
+        expected = next_round.get(generation, 0)
+        if line["round"] != expected:
+            sample = f" sample {generation[1]}" if generation[1] else ""
+            raise UsageError(
+                f"{where}: round {line['round']} of prompt {line['prompt_id']!r}{sample} should be {expected}: "
+                "a generation's rounds count 0, 1, 2, ... in file order, each once"
+            )
+        next_round[generation] = expected + 1
+
+
 def read_trace(path: str | Path) -> list[dict]:
     """Every line of a trace file, each checked."""
     path = Path(path)
-    lines = []
+    numbered = []
     for number, raw in enumerate(read_text(path, "trace").splitlines(), 1):
         if not raw.strip():
             continue
-        where = f"{path}:{number}"
         try:
-            line = json.loads(raw)
+            numbered.append((number, json.loads(raw)))
         except json.JSONDecodeError as e:
-            raise UsageError(f"{where}: not valid JSON ({e.msg})") from None
-        check_trace_line(line, where)
-        lines.append(line)
-    if not lines:
+            raise UsageError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    if not numbered:
         raise UsageError(f"{path}: trace has no rounds")
-    return lines
+    check_trace_lines(numbered, path)
+    return [line for _, line in numbered]
 
 
 def read_summary(path: str | Path) -> dict:
@@ -230,8 +259,8 @@ def read_summary(path: str | Path) -> dict:
 
 
 def write_trace(path: str | Path, lines: list[dict]) -> None:
-    for number, line in enumerate(lines, 1):
-        check_trace_line(line, f"{path}:{number}")
+    """Check, then write atomically: a trace on disk is always one its readers accept."""
+    check_trace_lines(list(enumerate(lines, 1)), path)
     write_atomic(path, "".join(json.dumps(line) + "\n" for line in lines))
 
 

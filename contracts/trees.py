@@ -227,14 +227,16 @@ def parse_tree(text: str, option: str = "--tree") -> TreeShape:
 
 def parse_trees(text: str, option: str = "--trees") -> tuple[TreeShape, ...]:
     """Specs joined by '+' or ','; a bare number after ',' continues a dynamic spec's M,N,D. Repeats
-    dropped, order kept."""
+    dropped, order kept. An empty item is a typo (`chain+`, `2x2,,chain`): refused."""
+    if not str(text).strip():
+        raise UsageError(f"{option}: no tree given; valid: {TREE_FORMS}")
     specs: list[str] = []
     for piece in re.split(r"(?=[+,])", str(text)):
         separator, body = (piece[0], piece[1:].strip()) if piece[:1] in ("+", ",") else ("", piece.strip())
+        if not body:
+            raise UsageError(f"{option}: empty item in {text!r}; valid: {TREE_FORMS}")
         if separator == "," and body.isdigit() and specs and specs[-1].startswith("dynamic:"):
             specs[-1] += "," + body
-        elif body:
+        else:
             specs.append(body)
-    if not specs:
-        raise UsageError(f"{option}: no tree given; valid: {TREE_FORMS}")
     return tuple(dict.fromkeys(parse_tree(spec, option) for spec in specs))

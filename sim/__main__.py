@@ -31,6 +31,7 @@ from .scenario import (
     MAX_RUN_OPERATIONS,
     NAMED_KEYS,
     Scenario,
+    items,
     parse_change,
     resolve,
     run,
@@ -196,6 +197,17 @@ OPTION_KEYS = {
 }
 
 
+def check_options(args) -> None:
+    """Options that contradict each other, or given empty (a typo, never 'not given')."""
+    for name, value in vars(args).items():
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')}: empty value (python -m sim --help lists its forms)")
+    if args.trace is not None and args.acceptance is not None:
+        raise UsageError(
+            "--trace and --acceptance both set the acceptance (--trace F is --acceptance trace:F); give one"
+        )
+
+
 def build_scenario(args) -> Scenario:
     scenario = Scenario(profile=args.profile)
     given = dict(vars(args), acceptance=f"trace:{args.trace}" if args.trace else args.acceptance)
@@ -235,20 +247,25 @@ def plan(args) -> Plan:
     result = Plan(base)
     result.add(work(resolve(base), ceiling))
     if args.what_if:
-        changed = base
+        changed, keys = base, set()
         for text in args.what_if:
-            changed = with_change(changed, *parse_change(text))
+            key, op, value = parse_change(text, "--what-if")
+            if key in keys:
+                raise UsageError(f"--what-if: key {key!r} given twice ({', '.join(args.what_if)}); give each key once")
+            keys.add(key)
+            changed = with_change(changed, key, op, value)
         result.add(work(resolve(changed), ceiling))
         result.what_if = changed
     if len(args.sweep) > 1:
         raise UsageError(f"--sweep: one sweep a command, got {len(args.sweep)} ({', '.join(args.sweep)})")
     if args.sweep:
-        key, op, values = parse_change(args.sweep[0])
+        key, op, values = parse_change(args.sweep[0], "--sweep")
         result.sweep_key = key
         for value in _sweep_points(key, values):
-            changed = with_change(base, key, op, value, label=f"sweep {key}")
+            changed = with_change(base, key, op, value, label=f"--sweep {key}")
             result.add(work(resolve(changed), ceiling))
             result.sweep.append((f"{key}{op}{value}", changed))
+    _check_applies(args, [base, *([result.what_if] if result.what_if else []), *(s for _, s in result.sweep)])
     if result.operations > MAX_RUN_OPERATIONS:
         raise UsageError(
             f"this run may simulate {result.operations:,} model operations ({result.tokens:,} decode tokens), over "
@@ -258,13 +275,23 @@ def plan(args) -> Plan:
     return result
 
 
+def _check_applies(args, scenarios: list[Scenario]) -> None:
+    """An option that changes no scenario of the run is a mistake (as --plot without --out is)."""
+    if args.probes is not None and not any("flashhead" in s.heads for s in scenarios):
+        raise UsageError("--probes sets the probes of the flashhead head: it needs --head flashhead (or the default)")
+    if args.arms_K is not None and all(s.policies == ("fixed",) for s in scenarios):
+        raise UsageError(
+            "--arms-K sets the K values of a policy's arms: it needs --policy heuristic, ucb1, thompson, oracle or all"
+        )
+
+
 def _sweep_points(key: str, values: str) -> list[str]:
     """One sweep's values: tree and head specs have lists of their own; anything else is joined by ','."""
     if key == "tree":
-        return [tree.label for tree in parse_trees(values, f"sweep {key}")]
+        return [tree.label for tree in parse_trees(values, f"--sweep {key}")]
     if key == "head":
-        return sweep_values(values, f"sweep {key}")
-    return [value.strip() for value in values.split(",")]
+        return sweep_values(values, f"--sweep {key}")
+    return items(f"--sweep {key}", values, separators=",")
 
 
 def main(argv=None) -> int:
@@ -272,6 +299,7 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+    check_options(args)
     if args.keys:
         profile = resolve(build_scenario(args)).profile
         print("\n".join(NAMED_KEYS + tuple(editable_paths(profile.raw, profile.default_regime))))

@@ -134,28 +134,38 @@ def _scale_timings(node, op: str, value: float, path: str) -> int:
 def _edit(raw: dict, path: str, op: str, value: float, regime: str) -> None:
     if op == "*=" and value < 0 or op == "=" and value < 0:
         raise UsageError(f"what-if {path}: a cost or count cannot be negative ({value:g})")
+    node, name = check_path(raw, path, regime)
+    leaf = node[name]
+    if isinstance(leaf, dict):
+        if op.startswith("@"):
+            _measured_at(leaf, path, op, value)
+        elif op == "=" and "points" in leaf:
+            leaf.clear()
+            leaf.update({"median_ms": value, "p10_ms": value, "p90_ms": value, "n": 1})
+        else:
+            _scale_timings(leaf, op, value, path)
+        return
+    new = leaf * value if op == "*=" else value
+    node[name] = type(leaf)(new) if isinstance(leaf, int) and float(new).is_integer() else new
+
+
+def check_path(raw: dict, path: str, regime: str, named: tuple = ()) -> tuple[dict, str]:
+    """(parent, field name) of what a what-if path edits, in the regime's costs first; bad input naming close
+    paths, and the `named` keys a what-if takes besides paths, where the profile has no such field."""
     parts = path.split(".")
     for root in (raw["regimes"][regime], raw):
         node = root
         for part in parts[:-1]:
             node = node.get(part) if isinstance(node, dict) else None
         leaf = node.get(parts[-1]) if isinstance(node, dict) else None
-        if isinstance(leaf, dict):
-            if op.startswith("@"):
-                _measured_at(leaf, path, op, value)
-            elif op == "=" and "points" in leaf:
-                leaf.clear()
-                leaf.update({"median_ms": value, "p10_ms": value, "p90_ms": value, "n": 1})
-            else:
-                _scale_timings(leaf, op, value, path)
-            return
-        if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
-            new = leaf * value if op == "*=" else value
-            node[parts[-1]] = type(leaf)(new) if isinstance(leaf, int) and float(new).is_integer() else new
-            return
+        if isinstance(leaf, dict) or isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+            return node, parts[-1]
     close = difflib.get_close_matches(path, editable_paths(raw, regime), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise UsageError(f"unknown what-if key {path!r}; {hint}python -m sim --keys lists every valid key")
+    keys = f"{', '.join(named)}, or " if named else ""
+    raise UsageError(
+        f"unknown what-if key {path!r}; {hint}valid: {keys}a dotted profile path (python -m sim --keys lists them)"
+    )
 
 
 def _measured_at(leaf: dict, path: str, op: str, value: float) -> None:

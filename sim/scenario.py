@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contracts import HEADS, PLACEMENTS, SCHEDULES, UsageError
 from contracts.acceptance import is_control, parse_control
-from contracts.heads import parse_heads
+from contracts.heads import parse_head, parse_heads
 from contracts.names import (
     POLICY_SCHEDULES,
     REGIME_OF_GRAPHS_FLAG,
@@ -23,6 +23,7 @@ from contracts.names import (
 )
 from contracts.policies import parse_drafters
 from contracts.progress import Progress
+from contracts.trace import MAX_CONTEXT
 from contracts.trees import MAX_K, parse_tree
 
 from . import heads as head_specs
@@ -36,7 +37,7 @@ from .acceptance import (
     PerPositionAcceptance,
     TraceReplay,
 )
-from .profile import DATA, Profile, load_profile
+from .profile import DATA, Profile, check_path, load_profile
 from .sampled_trees import drafts_sample
 from .sampling_costs import sampled_profile
 from .schedules import Config
@@ -89,9 +90,14 @@ class Scenario:
     tree: str | None = None  # contracts.trees spec; None: chains, with the acceptance source given
     all_reduce_scale: float = 1.0  # a tensor-parallel target's all-reduce costs, scaled (what-if allreduce=xF)
     noise: tuple = ((), 0)  # (log ratios, seed) of the round times policies observe (SimulatedRun.observed)
+    inputs: tuple = ()  # (key, the option or what-if that set it) per change, so that errors name what was given
 
     def describe(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
+        return {k: v for k, v in self.__dict__.items() if k != "inputs"}
+
+    def input_of(self, key: str) -> str:
+        """The option or what-if that set `key` last, or `default KEY` where none did."""
+        return next((label for k, label in reversed(self.inputs) if k == key), f"default {key}")
 
 
 # Documented limits of what one simulation is asked (README, `python -m sim --help`): beyond them a run
@@ -102,7 +108,7 @@ LIMITS = {
     "probes": 1 << 20,
     "prompts": 10_000,
     "max_new_tokens": 32_768,
-    "prompt_len": 1_000_000,
+    "prompt_len": MAX_CONTEXT,
     "seed": 2**32 - 1,
     "temperature": 100,
 }
@@ -123,18 +129,34 @@ def _int(label: str, key: str, value: str, low: int) -> int:
     return number
 
 
-def _choices(label: str, value: str, valid) -> tuple:
-    chosen = tuple(v.strip() for v in value.replace(",", "+").split("+"))
+def items(label: str, value: str, separators: str = "+,") -> list[str]:
+    """A list joined by any of `separators`; an empty item is a typo, refused rather than dropped."""
+    pieces = [piece.strip() for piece in re.split(f"[{re.escape(separators)}]", value)]
+    if "" in pieces:
+        raise UsageError(f"{label}: empty item in {value!r}")
+    return pieces
+
+
+def _choices(label: str, value: str, valid, every: tuple | None = None) -> tuple:
+    """Names joined by '+' or ',', each one of `valid`; where `every` is given, `all` stands for it."""
+    if every is not None and value.strip() == "all":
+        return every
+    chosen = tuple(items(label, value))
     bad = [v for v in chosen if v not in valid]
     if bad:
-        raise UsageError(f"{label}: {bad[0]!r} is unknown; valid: {', '.join(valid)}")
+        raise UsageError(f"{label}: {bad[0]!r} is unknown; valid: {', '.join(valid)}{', or all' if every else ''}")
     return chosen
 
 
 def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = None) -> Scenario:
     """The scenario with one change applied (`op` is '=' or '*='); `label` names the input in errors
-    (an option such as `--K`, or by default `what-if KEY`)."""
-    label = label or f"what-if {key}"
+    (an option such as `--K`, or by default `--what-if KEY`)."""
+    label = label or f"--what-if {key}"
+    changed = _changed(s, key, op, value, label)
+    return replace(changed, inputs=changed.inputs + ((key, label),))
+
+
+def _changed(s: Scenario, key: str, op: str, value: str, label: str) -> Scenario:
     if key in NAMED_KEYS and op != "=":
         raise UsageError(f"{label}: use {key}=value ('*=' scales numeric profile fields only)")
     if key in ("probes", "K", "prompts", "max_new_tokens", "prompt_len", "seed"):
@@ -157,14 +179,15 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
         return replace(s, temperature=temperature)
     if key == "tree":
         return replace(s, tree=parse_tree(value, label).label)
-    if key == "policy":
-        return replace(s, policies=_policies(label, value))
+    if key == "policy":  # `all`: every fixed arm, every online policy and the oracle
+        return replace(s, policies=_choices(label, value, SIMULATED_POLICIES, every=("arms", *SIMULATED_POLICIES[1:])))
     if key == "drafter":
         return replace(s, drafters=parse_drafters(value, label))
     if key == "arms_K":
-        return replace(s, arms_K=tuple(sorted({_int(label, "K", v.strip(), 1) for v in value.split("+")})))
+        return replace(s, arms_K=tuple(sorted({_int(label, "K", v, 1) for v in items(label, value)})))
     if key == "schedule":
-        return replace(s, schedules=tuple(v for v in _choices(label, value, SCHEDULES) if v != "baseline"))
+        chosen = _choices(label, value, SCHEDULES, every=SPECULATIVE_SCHEDULES)
+        return replace(s, schedules=tuple(v for v in chosen if v != "baseline"))
     if key == "head":
         return replace(s, heads=tuple(spec.label for spec in parse_heads(value, label)))
     if key == "placement":
@@ -174,13 +197,10 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     if key == "graphs":
         return replace(s, graphs=_choices(label, value, tuple(REGIME_OF_GRAPHS_FLAG))[0])
     if key == "acceptance":
-        parse_acceptance(value)  # fail early on a malformed value
+        parse_acceptance(value, label)  # fail early on a malformed value
         return replace(s, acceptance=value)
-    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise UsageError(
-            f"unknown what-if key {key!r}; valid: {', '.join(NAMED_KEYS)}, or a dotted profile path "
-            "(python -m sim --help lists them)"
-        )
+    profile = load_profile(s.profile)
+    check_path(profile.raw, key, _regime(s, profile), NAMED_KEYS)  # an unknown key before its value
     try:
         number = float(value)
     except ValueError:
@@ -190,35 +210,32 @@ def with_change(s: Scenario, key: str, op: str, value: str, label: str | None = 
     return replace(s, edits=s.edits + ((key, op, number),))
 
 
-def _policies(label: str, value: str) -> tuple:
-    """Policies joined by '+'; `all` is every fixed arm, every online policy and the oracle."""
-    if value.strip() == "all":
-        return ("arms", *SIMULATED_POLICIES[1:])
-    return _choices(label, value, SIMULATED_POLICIES)
-
-
-def parse_change(text: str) -> tuple[str, str, str]:
+def parse_change(text: str, option: str) -> tuple[str, str, str]:
+    """`key=value` or `key*=factor` of a what-if or sweep; `option` names it in errors."""
     match = re.fullmatch(r"\s*([^=*\s]+)\s*(\*=|=)\s*(.+?)\s*", text)
     if not match:
-        raise UsageError(f"what-if {text!r}: expected key=value or key*=factor")
+        raise UsageError(f"{option} {text!r}: expected key=value or key*=factor")
     return match.group(1), match.group(2), match.group(3)
 
 
-def parse_acceptance(spec: str):
+def parse_acceptance(spec: str, label: str = "acceptance"):
     """`default`, `trace:PATH` (or a .jsonl path), `0.43`, `0.8,0.6,0.5`, `lengths:0=0.3,1=0.2,...`, or an
     acceptance control (contracts.acceptance: `a=0.43`, whose tree rule the simulator follows too,
     `a=0.8,0.6`; a `curve:` gives its base rates, which `resolve` scales per head)."""
     if is_control(spec):
         control = parse_control(spec)
         if control.pattern:
-            raise UsageError(f"acceptance {spec!r}: a pattern is a decoder test control; give a=RATE or a=R1,R2,...")
+            raise UsageError(f"{label} {spec!r}: a pattern is a decoder test control; give a=RATE or a=R1,R2,...")
         if control.curve or control.per_position:
             return rates_source(control.rates)
         return ControlledAcceptance(control.rates[0])
     if spec == "default":
         return _trace_source(DEFAULT_TRACE)
     if spec.startswith("trace:") or spec.endswith(".jsonl"):
-        return _trace_source(Path(spec.removeprefix("trace:")))
+        path = spec.removeprefix("trace:").strip()
+        if not path:
+            raise UsageError(f"{label} {spec!r}: no trace path given; valid: trace:PATH")
+        return _trace_source(Path(path))
     if spec.startswith("lengths:"):
         weights = {}
         for item in spec.removeprefix("lengths:").split(","):
@@ -226,7 +243,7 @@ def parse_acceptance(spec: str):
             try:
                 weights[int(length)] = float(weight)
             except ValueError:
-                raise UsageError(f"acceptance {spec!r}: expected lengths:L=weight,...") from None
+                raise UsageError(f"{label} {spec!r}: expected lengths:L=weight,...") from None
         return EmpiricalLengths(weights)
     return rates_source(spec.split(","))
 
@@ -254,11 +271,17 @@ class Resolved:
     warnings: list = field(default_factory=list)  # costs asked outside the profile's measured grid
 
 
+def _regime(s: Scenario, profile: Profile) -> str:
+    """The cost regime the scenario asks (--graphs), else the profile's default; bad input if it lacks it."""
+    regime = REGIME_OF_GRAPHS_FLAG[s.graphs] if s.graphs else profile.default_regime
+    if regime not in profile.costs:
+        raise UsageError(f"graphs={s.graphs}: the profile carries only {', '.join(profile.costs)} costs")
+    return regime
+
+
 def resolve(s: Scenario) -> Resolved:
     base = load_profile(s.profile)
-    regime = REGIME_OF_GRAPHS_FLAG[s.graphs] if s.graphs else base.default_regime
-    if regime not in base.costs:
-        raise UsageError(f"graphs={s.graphs}: the profile carries only {', '.join(base.costs)} costs")
+    regime = _regime(s, base)
     profile = base.edited(list(s.edits), regime) if s.edits else base
     notes = [f"profile: {profile.label()} [{profile.source}], regime: {regime}"]
     notes += [
@@ -277,10 +300,7 @@ def resolve(s: Scenario) -> Resolved:
         )
     source = parse_acceptance(s.acceptance)
     probes = s.probes or profile.default_probes
-    if probes > profile.clusters:
-        raise UsageError(
-            f"probes={probes} exceeds the {profile.clusters} FlashHead clusters (valid: 1..{profile.clusters})"
-        )
+    _check_probes(s, probes, profile.clusters)
     K = s.K or (source.recorded_K[0] if isinstance(source, TraceReplay) and len(source.recorded_K) == 1 else 6)
     placement = s.placement or profile.placement
     if tensor_parallel_size(placement) is not None:
@@ -289,9 +309,8 @@ def resolve(s: Scenario) -> Resolved:
         raise UsageError("what-if allreduce scales a tensor-parallel target's all-reduces: it needs placement tpN")
     generations = _generations(s, source, profile)
     traced = isinstance(source, TraceReplay)
-    _check_size(
-        generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if traced else "--prompts x --max-new-tokens"
-    )
+    given = f"{s.input_of('prompts')} x {s.input_of('max_new_tokens')}"
+    _check_size(generations, K, f"trace {s.acceptance.removeprefix('trace:')}" if traced else given)
     notes.append(f"acceptance: {source.describe()}")
     for head in s.heads:
         profile.costs[regime].head_table.check(head, probes)
@@ -338,6 +357,21 @@ def resolve(s: Scenario) -> Resolved:
         for head in heads:  # each head as sampling pays it (sim/sampling_costs.py)
             profile.costs[regime].head_table.check(head, probes)
     return Resolved(profile, regime, sources, generations, configs, notes)
+
+
+def _check_probes(s: Scenario, probes: int, clusters: int) -> None:
+    """Probes beyond the clusters describe no FlashHead (its costs would be extrapolated): refused, whether
+    the probes or a flashhead:P head asks them."""
+    asked = [(s.input_of("probes"), "", probes)]
+    for head in s.heads:
+        spec = parse_head(head)
+        if spec.kind == "flashhead":
+            asked += [(s.input_of("head"), f"head {head!r}: ", budget) for budget in spec.budgets]
+    for option, what, count in asked:
+        if count > clusters:
+            raise UsageError(
+                f"{option}: {what}probes {count} exceeds the {clusters} FlashHead clusters (valid: 1..{clusters})"
+            )
 
 
 def _curve_source(spec: str, head: str, probes: int, K: int, profile, notes: list):

@@ -135,7 +135,7 @@ CASES = [
     (
         "sim",
         ["--profile", "{heads_profile.json}", "--acceptance", "curve:a=0.8", "--head", "flashhead:100"],
-        "at budgets 1..64 only",
+        "probes 100 exceeds the 64 FlashHead clusters",
     ),
     ("sim", ["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
     ("sim", ["--head", "sparse"], "--head: unknown head 'sparse'"),
@@ -186,7 +186,7 @@ CASES = [
     ("sim", ["--trace", "{empty.jsonl}"], "trace has no rounds"),
     ("sim", ["--trace", "{string_probes.jsonl}"], "probes must be a positive integer or null"),
     ("sim", ["--trace", "{negative_context.jsonl}"], "'context' must be a non-negative integer"),
-    ("sim", ["--trace", "{huge_context.jsonl}"], "a prompt of 99,999,999,999 tokens is over the limit"),
+    ("sim", ["--trace", "{huge_context.jsonl}"], "huge_context.jsonl:1: context must be in 1..1,000,000 tokens"),
     ("sim", ["--profile", "{oversized.json}"], "over the 16 MiB an input may have"),
     ("sim", ["--acceptance", "0.6", "--prompts", "281"], "over the 2,000,000 of one command"),
     ("sim", ["--sweep", "K=" + ",".join(map(str, range(1, 65))), "--prompts", "16"], "of one command"),
