@@ -1,10 +1,13 @@
-"""What every command line shares: bad input becomes one `error:` line and exit code 2."""
+"""What every command line shares: bad input becomes one `error:` line and exit code 2; an interrupt
+(Ctrl-C, or SIGTERM as `timeout` sends) one `error: interrupted` line and 128 + the signal's number."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 
@@ -20,9 +23,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+class Interrupted(BaseException):
+    """SIGTERM raised in the body, as Ctrl-C raises KeyboardInterrupt: the body's `finally` blocks and
+    `staged` outputs clean up. A BaseException, so that no `except Exception` swallows it."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted
+
+
 def run_command(body: Callable[[], int | None], also_bad_input: tuple[type[BaseException], ...] = ()) -> int:
     """Run a command's body: UsageError (and `also_bad_input`, e.g. out of GPU memory) becomes one
-    `error:` line and exit code 2; `--help` and usage errors keep argparse's exit code."""
+    `error:` line and exit code 2; `--help` and usage errors keep argparse's exit code. SIGINT and SIGTERM
+    end it with one `error: interrupted` line and the shells' code for the signal, 128 + its number (130,
+    143), after its outputs are cleaned up; SIGTERM's earlier handler is back once the body ends."""
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
         return body() or 0
     except SystemExit as stop:
@@ -30,6 +46,13 @@ def run_command(body: Callable[[], int | None], also_bad_input: tuple[type[BaseE
     except (UsageError, *also_bad_input) as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Interrupted) as stop:
+        caught = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
+        print(f"error: interrupted ({caught.name})", file=sys.stderr)
+        return 128 + caught
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)  # None: one set outside Python
 
 
 def _one_line(error: BaseException) -> str:

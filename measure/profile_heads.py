@@ -22,7 +22,7 @@ from contracts import UsageError
 from contracts.cli import OneLineParser, run_command
 from contracts.files import check_output_file, read_json
 from contracts.heads import parse_head
-from contracts.profile import read_profile, write_profile
+from contracts.profile import check_heads, read_profile, write_profile
 
 COMMAND = "python -m measure.profile_heads"
 AGREEMENT_SCHEMA = "specloop.head_agreement/1"
@@ -107,10 +107,12 @@ def main(argv=None) -> int:
         try:
             if args.cost:
                 heads["cost"] = cost_section(read_json(args.cost, "--cost"), args.cost)
+                check_heads({"cost": heads["cost"]}, f"--cost {args.cost}")
             if args.agreement:
                 heads["agreement"] = agreement_section(
                     [(path, read_json(path, "--agreement")) for path in args.agreement]
                 )
+                check_heads({"agreement": heads["agreement"]}, f"--agreement {' '.join(args.agreement)}")
         except (KeyError, TypeError, AttributeError) as error:
             raise UsageError(
                 f"--cost/--agreement: a record lacks a field ({error!r}); give the commands' own output"

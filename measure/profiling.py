@@ -47,6 +47,10 @@ from .timing import merged_passes
 
 # Passes over the grid at most (`MeasureSettings.passes`): each is a whole timing of every point.
 MAX_PASSES = 9
+# Timed and warm-up runs per point at most: 50 and 33 times the defaults (20 and 3; the reports use at most 50
+# and 3), so that a mistyped count is refused before it starts a run of days.
+MAX_REPS = 1000
+MAX_WARMUP = 100
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,13 @@ def check_settings(settings: MeasureSettings) -> None:
         )
     if settings.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
-    if settings.passes > MAX_PASSES:
-        raise UsageError(f"--passes must be 1 to {MAX_PASSES}, got {settings.passes}")
+    for option, value, lowest, highest in (
+        ("--reps", settings.reps, 1, MAX_REPS),
+        ("--warmup", settings.warmup, 0, MAX_WARMUP),
+        ("--passes", settings.passes, 1, MAX_PASSES),
+    ):
+        if value > highest:
+            raise UsageError(f"{option} must be {lowest} to {highest}, got {value}")
     for spec in parse_heads(settings.heads, "--heads") if settings.heads else ():
         check_assets(spec, settings.head_assets)
     if settings.graphs is not None and (not settings.graphs or set(settings.graphs) - {"on", "off"}):

@@ -39,6 +39,7 @@ from contracts.profile import check_profile
 from contracts.progress import each
 from measure.figures import write_figure
 from measure.timing import at_least_one
+from model.cli import run_torch_command
 from model.decoder import Decoder, cache_room
 from model.flashhead import ASSET_DIR, Clustering, build_clustering, load_assets, save_assets
 from model.heads import DenseHead, FlashHead
@@ -687,13 +688,11 @@ def run(args) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    try:
+    def body() -> None:
         for path in run(parse_args(sys.argv[1:] if argv is None else argv)):
             print(f"wrote {path}")
-        return 0
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+
+    return run_torch_command(body)
 
 
 if __name__ == "__main__":

@@ -301,10 +301,8 @@ def _arms(args, schedules) -> tuple | None:
         raise UsageError(
             f"--policy/--drafter run on {' and '.join(POLICY_SCHEDULES)} only, not {', '.join(bad)} (use --schedule)"
         )
-    if "early-exit" in drafters and (args.early_exit_layers is None or args.early_exit_layers < 1):
+    if "early-exit" in drafters and args.early_exit_layers is None:
         raise UsageError("--drafter early-exit needs --early-exit-layers L (L >= 1, the target's first L layers)")
-    if args.lookup_ngram < 1:
-        raise UsageError(f"--lookup-ngram must be >= 1, got {args.lookup_ngram}")
     if args.arms_K is None:
         Ks = {k for k in (1, 2, 4, 6, 8) if k < args.K}
     else:
@@ -335,6 +333,12 @@ def _check_numbers(args) -> None:
         raise UsageError(
             f"--record-lookup-runs must be >= 1 (the largest n-gram matched), got {args.record_lookup_runs}"
         )
+    if args.early_exit_layers is not None and args.early_exit_layers < 1:
+        raise UsageError(
+            f"--early-exit-layers must be >= 1 (the target's first L layers), got {args.early_exit_layers}"
+        )
+    if args.lookup_ngram < 1:
+        raise UsageError(f"--lookup-ngram must be >= 1, got {args.lookup_ngram}")
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.warmup < 0:

@@ -114,7 +114,11 @@ def measure_settings(
         top_p=args.top_p,
         tree_widths=tree_widths(trees),
     )
-    settings, _ = settings_from(shlex.split(args.measure_args), base, overrides_only=True)
+    try:
+        words = shlex.split(args.measure_args)
+    except ValueError as error:  # an unclosed quote or a trailing backslash
+        raise UsageError(f"--measure-args {args.measure_args!r}: {error} (quote it as a shell would)") from None
+    settings, _ = settings_from(words, base, overrides_only=True)
     check_settings(settings)
     return settings
 
