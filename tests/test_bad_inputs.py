@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
 from contracts.files import MAX_INPUT_BYTES  # noqa: E402
 from model.head_assets import Router, Shortlist, save_router, save_shortlist  # noqa: E402
 from model.router import split_clusters  # noqa: E402
+from sim.scenario import DEFAULT_TRACE  # noqa: E402
 from tests.sim_fixtures import (  # noqa: E402
     sampled_costs_profile,
     tensor_parallel_section,
@@ -110,6 +111,7 @@ def make_files(folder: Path) -> dict[str, Path]:
     (folder / "report").mkdir()
     (folder / "report" / "report.md").write_text("an earlier report")
     files["report"] = folder / "report"
+    files["study_trace.jsonl"] = DEFAULT_TRACE
     return files
 
 
@@ -137,7 +139,70 @@ CASES = [
         ["--profile", "{heads_profile.json}", "--acceptance", "curve:a=0.8", "--head", "flashhead:100"],
         "probes 100 exceeds the 64 FlashHead clusters",
     ),
-    ("sim", ["--schedule", "fastest"], "--schedule: 'fastest' is unknown"),
+    (
+        "sim",
+        ["--schedule", "fastest"],
+        "--schedule: 'fastest' is unknown; valid: baseline, ordinary, pipelined, deferred, pipelined-deferred, or all",
+    ),
+    # found by an audit of every command line (session 37)
+    # FlashHead budgets past the default profile's 9496 clusters, however they are asked
+    (
+        "sim",
+        ["--head", "flashhead:99999999"],
+        "--head: head 'flashhead:99999999': probes 99999999 exceeds the 9496 FlashHead",
+    ),
+    (
+        "sim",
+        ["--head", "flashhead:9497"],
+        "--head: head 'flashhead:9497': probes 9497 exceeds the 9496 FlashHead clusters",
+    ),
+    ("sim", ["--head", "flashhead:64,99999"], "--head: head 'flashhead:64,99999': probes 99999 exceeds the 9496"),
+    ("sim", ["--what-if", "head=flashhead:100000"], "--what-if head: head 'flashhead:100000': probes 100000 exceeds"),
+    ("sim", ["--sweep", "head=dense+flashhead:100000"], "--sweep head: head 'flashhead:100000': probes 100000 exceeds"),
+    ("sim", ["--probes", "99999"], "--probes: probes 99999 exceeds the 9496 FlashHead clusters (valid: 1..9496)"),
+    # two acceptance sources
+    (
+        "sim",
+        ["--trace", "{study_trace.jsonl}", "--acceptance", "0.5"],
+        "--trace and --acceptance both set the acceptance",
+    ),
+    # a what-if key twice
+    ("sim", ["--what-if", "K=4", "--what-if", "K=5"], "--what-if: key 'K' given twice (K=4, K=5)"),
+    # sweep errors name --sweep
+    ("sim", ["--sweep", "K="], "--sweep 'K=': expected key=value"),
+    ("sim", ["--sweep", "K"], "--sweep 'K': expected key=value"),
+    ("sim", ["--sweep", "=1,2"], "--sweep '=1,2': expected key=value"),
+    ("sim", ["--sweep", "tree="], "--sweep 'tree=': expected key=value"),
+    ("sim", ["--sweep", "head="], "--sweep 'head=': expected key=value"),
+    # a what-if over the size limit is named as given
+    (
+        "sim",
+        ["--acceptance", "0.5", "--what-if", "prompts=10000"],
+        "--what-if prompts x default max_new_tokens: 630,000",
+    ),
+    # an unknown key before its value
+    ("sim", ["--what-if", "x==1"], "unknown what-if key 'x'; valid: probes, K, schedule"),
+    # empty values
+    ("sim", ["--profile", ""], "--profile: empty value"),
+    ("sim", ["--trace", ""], "--trace: empty value"),
+    ("sim", ["--acceptance", "trace:"], "--acceptance 'trace:': no trace path given"),
+    ("sim", ["--out", ""], "--out: empty value"),
+    ("sim", ["--timeline", ""], "--timeline: empty value"),
+    # empty list items
+    ("sim", ["--sweep", "K=1,,2"], "--sweep K: empty item in '1,,2'"),
+    ("sim", ["--schedule", "deferred+"], "--schedule: empty item in 'deferred+'"),
+    ("sim", ["--arms-K", "2++4", "--policy", "ucb1"], "--arms-K: empty item in '2++4'"),
+    ("sim", ["--head", "flashhead:1,,2"], "--head: empty item in 'flashhead:1,,2'; valid: dense, flashhead"),
+    ("sim", ["--head", "dense+"], "--head: empty item in 'dense+'"),
+    ("sim", ["--sweep", "tree=chain+"], "--sweep tree: empty item in 'chain+'; valid: chain"),
+    ("sim", ["--sweep", "tree=chain++2x1"], "--sweep tree: empty item in 'chain++2x1'"),
+    # options that change nothing
+    ("sim", ["--arms-K", "2+4"], "--arms-K sets the K values of a policy's arms: it needs --policy"),
+    (
+        "sim",
+        ["--head", "dense", "--probes", "3"],
+        "--probes sets the probes of the flashhead head: it needs --head flashhead",
+    ),
     ("sim", ["--head", "sparse"], "--head: unknown head 'sparse'"),
     ("sim", ["--head", "shortlist:8192"], "the profile has no cost for shortlist heads"),
     ("sim", ["--profile", "{heads_profile.json}", "--head", "shortlist:5000"], "outside the 100..1000"),
@@ -290,6 +355,11 @@ CASES = [
     # measure: numbers, lists, devices, sizes, outputs
     ("measure", [*TINY, "--reps", "0"], "--reps must be at least 1"),
     ("measure", [*TINY, "--warmup", "-1"], "--warmup must be >= 0"),
+    ("measure", [*TINY, "--reps", "100000000"], "--reps must be 1 to 1000, got 100000000"),
+    ("measure", [*TINY, "--warmup", "101"], "--warmup must be 0 to 100, got 101"),
+    ("validate", [*VALIDATE, "--measure", "--measure-args", '"unterminated'], "No closing quotation"),
+    ("model", ["--placement", "cpu", "--early-exit-layers", "-3"], "--early-exit-layers must be >= 1"),
+    ("model", ["--placement", "cpu", "--lookup-ngram", "0"], "--lookup-ngram must be >= 1, got 0"),
     ("measure", [*TINY, "--K-max", "0"], "--K-max must be at least 1"),
     ("measure", [*TINY, "--K-max", "65"], "--K-max must be in 1..64 (the largest K a round drafts), got 65"),
     ("measure", [*TINY, "--tree-widths", "0,65"], "--tree-widths must be token counts in 1..65"),

@@ -2,44 +2,27 @@
 (and its line), exit code 2, and no output: never a traceback."""
 
 import json
+import shutil
 
 import pytest
-import torch
 
 from contracts import UsageError
 from model.__main__ import main
-from model.config import ModelConfig
 from model.prompts import load_questions
-from model.transformer import Transformer
-
-HF_CONFIG = {
-    "model_type": "qwen3",
-    "vocab_size": 300,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-    "tie_word_embeddings": True,
-}
+from tests.test_model_cli import checkpoint  # noqa: F401 (a tiny real-format checkpoint, a pytest fixture)
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    """A tiny checkpoint's model.safetensors, whole."""
-    from safetensors.torch import save_file
-
-    path = tmp_path_factory.mktemp("weights") / "model.safetensors"
-    model = Transformer(ModelConfig.from_hf(HF_CONFIG))
-    save_file({f"model.{k}": torch.zeros(v.shape) for k, v in model.state_dict().items()}, str(path))
-    return path.read_bytes()
-
-
-def _checkpoint(folder, config_text: str, weights: bytes):
-    folder.mkdir()
-    (folder / "config.json").write_text(config_text)
-    (folder / "model.safetensors").write_bytes(weights)
+def _broken(source, folder, config=None, cut_weights: int = 0):
+    """A copy of the tiny checkpoint `source` with its config.json replaced by `config` (text, or a dict of
+    keys changed) and its weights' last `cut_weights` bytes cut off."""
+    shutil.copytree(source, folder)
+    if isinstance(config, dict):
+        config = json.dumps({**json.loads((folder / "config.json").read_text()), **config})
+    if config is not None:
+        (folder / "config.json").write_text(config)
+    if cut_weights:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-cut_weights])
     return folder
 
 
@@ -55,29 +38,26 @@ def _refused(args, tmp_path, capsys) -> str:
 
 
 @pytest.mark.parametrize(
-    "config_text, problem",
+    "config, problem",
     [
         ('{"model_type": "qw', "not valid JSON"),
         ("", "not valid JSON"),
         ("[1]", "not a model config (a JSON list, not an object)"),
         ('{"model_type": "qwen3"}', "not a model config (missing num_hidden_layers)"),
-        (
-            json.dumps({**HF_CONFIG, "num_hidden_layers": "2"}),
-            "not a model config (num_hidden_layers is '2', not a positive integer)",
-        ),
-        (json.dumps({**HF_CONFIG, "rope_scaling": "yarn"}), "not a model config (AttributeError"),
-        (json.dumps({**HF_CONFIG, "model_type": "bert"}), "unsupported model_type 'bert'"),
+        ({"num_hidden_layers": "2"}, "not a model config (num_hidden_layers is '2', not a positive integer)"),
+        ({"rope_scaling": "yarn"}, "not a model config (AttributeError"),
+        ({"model_type": "bert"}, "unsupported model_type 'bert'"),
     ],
     ids=["truncated", "empty", "list", "missing-key", "string-size", "string-rope-scaling", "unsupported"],
 )
-def test_a_bad_config_json_is_named(config_text, problem, weights, tmp_path, capsys):
-    folder = _checkpoint(tmp_path / "ckpt", config_text, weights)
+def test_a_bad_config_json_is_named(config, problem, checkpoint, tmp_path, capsys):  # noqa: F811
+    folder = _broken(checkpoint, tmp_path / "ckpt", config)
     err = _refused(["--target", str(folder)], tmp_path, capsys)
     assert f"error: {folder / 'config.json'}: {problem}" in err
 
 
-def test_truncated_weights_are_named(weights, tmp_path, capsys):
-    folder = _checkpoint(tmp_path / "ckpt", json.dumps(HF_CONFIG), weights[:-100])
+def test_truncated_weights_are_named(checkpoint, tmp_path, capsys):  # noqa: F811
+    folder = _broken(checkpoint, tmp_path / "ckpt", cut_weights=100)
     err = _refused(["--target", str(folder), "--draft", str(folder)], tmp_path, capsys)
     assert f"error: {folder / 'model.safetensors'}: not a readable safetensors file" in err
 

@@ -233,3 +233,12 @@ def test_sim_never_imports_torch_or_the_other_parts():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_schedule_all_is_every_schedule(capsys):
+    """--help gives `all` as --schedule's default, as python -m model and validate take it."""
+    argv = ["--acceptance", "0.5", "--prompts", "1", "--max-new-tokens", "4", "--head", "dense", "--no-ceiling"]
+    assert main([*argv, "--schedule", "all"]) == 0
+    every = capsys.readouterr().out
+    assert main(argv) == 0
+    assert every == capsys.readouterr().out
