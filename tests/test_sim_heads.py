@@ -214,7 +214,7 @@ def test_head_positions_scores_the_source_that_matches_a_recorded_head_run_best(
         dense += trace_lines([K] * 20, K=K, prompt_id=f"p{prompt}")
         head += trace_lines([K, 0] * 10, K=K, prompt_id=f"p{prompt}")
     for line in head:
-        line["head"], line["probes"] = "shortlist", None
+        line["head"], line["probes"] = "shortlist:100", None
     for name, lines in (("dense", dense), ("head", head)):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     argv = ["--profile", path, "--dense", str(tmp_path / "dense.jsonl"), "--head-trace", str(tmp_path / "head.jsonl")]

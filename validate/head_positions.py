@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         head_rounds, head_meta = rounds_by_prompt(args.head_trace)
         if dense_meta["head"] != "dense":
             raise UsageError(f"--dense {args.dense}: recorded with the {dense_meta['head']} head, not dense")
-        if head_meta["head"] != spec.kind:
+        if parse_head(head_meta["head"], "--head-trace").kind != spec.kind:  # a trace names budgets, or probes apart
             raise UsageError(
                 f"--head-trace {args.head_trace}: recorded with the {head_meta['head']} head, not {spec.kind}"
             )
